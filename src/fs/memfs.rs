@@ -1,0 +1,1 @@
+//! memfs: an in-memory backend (filled in by the memfs work item).

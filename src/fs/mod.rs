@@ -1,0 +1,383 @@
+//! The backend contract: what a filesystem gives the dentry cache.
+//!
+//! A backend speaks in inode numbers, like FUSE's low-level protocol: the
+//! dcache owns names, paths, the walk and reference counting; a backend owns
+//! the truth about inodes and directory contents. Names passed in are single
+//! components, already checked by the Vfs (non-empty, no `/`, no NUL, at most
+//! `NAME_MAX` bytes, never `.` or `..`), so a backend needs no path parsing.
+//!
+//! Every method returns the POSIX errno a local filesystem would give.
+
+pub mod memfs;
+
+use crate::errno::{Errno, Result};
+
+/// An inode number as the backend knows it (FUSE node ids map onto these).
+pub type Ino = u64;
+
+/// Longest single name component, as Linux's NAME_MAX.
+pub const NAME_MAX: usize = 255;
+/// Longest path, as Linux's PATH_MAX (including the terminating NUL there,
+/// so a path of 4096 bytes or more is ENAMETOOLONG).
+pub const PATH_MAX: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+impl FileType {
+    /// The `S_IFMT` bits for this type.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The type encoded in a full `st_mode`, if it is a known one.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::Regular,
+            libc::S_IFDIR => FileType::Directory,
+            libc::S_IFLNK => FileType::Symlink,
+            libc::S_IFCHR => FileType::CharDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            _ => return None,
+        })
+    }
+
+    /// The `d_type` value readdir reports (DT_REG, DT_DIR, ...).
+    pub fn dtype(self) -> u8 {
+        match self {
+            FileType::Regular => libc::DT_REG,
+            FileType::Directory => libc::DT_DIR,
+            FileType::Symlink => libc::DT_LNK,
+            FileType::CharDevice => libc::DT_CHR,
+            FileType::BlockDevice => libc::DT_BLK,
+            FileType::Fifo => libc::DT_FIFO,
+            FileType::Socket => libc::DT_SOCK,
+        }
+    }
+}
+
+/// A point in time as `stat` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+/// What `stat` returns. Plain data: the dcache keeps a copy per inode and
+/// hands it out without calling the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub kind: FileType,
+    /// Permission bits only (`mode & 0o7777`); the type is in `kind`.
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+impl Attr {
+    /// The full `st_mode` (type bits and permission bits).
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm as u32
+    }
+}
+
+/// Who is asking, for ownership of new inodes (and, in backends that check,
+/// permission).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Ctx {
+    pub const ROOT: Ctx = Ctx { uid: 0, gid: 0 };
+
+    /// The calling process's effective uid and gid.
+    pub fn current() -> Ctx {
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+        unsafe {
+            Ctx {
+                uid: libc::geteuid(),
+                gid: libc::getegid(),
+            }
+        }
+    }
+}
+
+/// A time to set in `setattr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timespec),
+}
+
+/// The attributes `setattr` changes; `None` leaves one alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// One directory entry as readdir produces it. `offset` is the cookie to pass
+/// back to continue *after* this entry; it stays valid across concurrent
+/// creates and unlinks in the directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub offset: u64,
+    pub kind: FileType,
+    pub name: Vec<u8>,
+}
+
+/// `statfs` results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// Flags for `rename` (Linux renameat2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// RENAME_NOREPLACE: fail with EEXIST if the target exists.
+    pub noreplace: bool,
+    /// RENAME_EXCHANGE: atomically swap the two names (both must exist).
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    pub const NONE: RenameFlags = RenameFlags {
+        noreplace: false,
+        exchange: false,
+    };
+
+    /// From renameat2's `flags` word; EINVAL for unknown bits or both set.
+    pub fn from_bits(flags: u32) -> Result<RenameFlags> {
+        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 || (noreplace && exchange)
+        {
+            return Err(Errno::EINVAL);
+        }
+        Ok(RenameFlags {
+            noreplace,
+            exchange,
+        })
+    }
+}
+
+/// What `revalidate` decided about a cached entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validity {
+    /// The cached entry (positive or negative) is still the truth.
+    Valid,
+    /// It is stale: the dcache drops it and looks the name up again.
+    Invalid,
+    /// The backend cannot decide without blocking (Linux's -ECHILD in
+    /// rcu-walk): the walk leaves rcu mode and asks again with `rcu = false`.
+    NeedBlocking,
+}
+
+/// A filesystem the dentry cache can sit in front of.
+///
+/// Only `root`, `lookup` and `getattr` are required; the rest default to the
+/// errno a read-only or feature-less filesystem gives.
+pub trait FileSystem: Send + Sync + 'static {
+    /// The root directory's inode number.
+    fn root(&self) -> Ino;
+
+    /// Look `name` up in directory `dir`. `Ok(None)` is a clean miss (the
+    /// dcache caches it as a negative dentry); `Err(ENOTDIR)` when `dir` is not
+    /// a directory.
+    fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>>;
+
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+
+    fn setattr(&self, _ino: Ino, _set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
+        Err(Errno::EROFS)
+    }
+
+    /// Call `emit` for entries of `dir` after cookie `offset` (0 = from the
+    /// start; `.` and `..` are included with offsets 1 and 2) until it returns
+    /// false or the directory ends.
+    fn readdir(
+        &self,
+        _dir: Ino,
+        _offset: u64,
+        _emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        Err(Errno::ENOTDIR)
+    }
+
+    /// Create a regular file (`mknod` of S_IFREG, `creat`). EEXIST if present.
+    fn create(&self, _dir: Ino, _name: &[u8], _perm: u16, _ctx: Ctx) -> Result<Attr> {
+        Err(Errno::EROFS)
+    }
+
+    /// Create a special file (fifo, socket, device). Backends that only hold
+    /// regular files answer EPERM/EROFS.
+    fn mknod(
+        &self,
+        _dir: Ino,
+        _name: &[u8],
+        _kind: FileType,
+        _perm: u16,
+        _rdev: u32,
+        _ctx: Ctx,
+    ) -> Result<Attr> {
+        Err(Errno::EPERM)
+    }
+
+    fn mkdir(&self, _dir: Ino, _name: &[u8], _perm: u16, _ctx: Ctx) -> Result<Attr> {
+        Err(Errno::EROFS)
+    }
+
+    fn unlink(&self, _dir: Ino, _name: &[u8]) -> Result<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn rmdir(&self, _dir: Ino, _name: &[u8]) -> Result<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn rename(
+        &self,
+        _olddir: Ino,
+        _oldname: &[u8],
+        _newdir: Ino,
+        _newname: &[u8],
+        _flags: RenameFlags,
+    ) -> Result<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn symlink(&self, _dir: Ino, _name: &[u8], _target: &[u8], _ctx: Ctx) -> Result<Attr> {
+        Err(Errno::EROFS)
+    }
+
+    fn readlink(&self, _ino: Ino) -> Result<Vec<u8>> {
+        Err(Errno::EINVAL)
+    }
+
+    /// Make `newdir/newname` another name for `ino`; returns its new attrs.
+    fn link(&self, _ino: Ino, _newdir: Ino, _newname: &[u8]) -> Result<Attr> {
+        Err(Errno::EROFS)
+    }
+
+    /// Open `ino` with `open(2)` flags; returns a backend file handle.
+    fn open(&self, _ino: Ino, _flags: i32) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn read(&self, _ino: Ino, _fh: u64, _offset: u64, _buf: &mut [u8]) -> Result<usize> {
+        Err(Errno::EINVAL)
+    }
+
+    fn write(&self, _ino: Ino, _fh: u64, _offset: u64, _data: &[u8]) -> Result<usize> {
+        Err(Errno::EBADF)
+    }
+
+    fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn fsync(&self, _ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
+        Ok(())
+    }
+
+    fn release(&self, _ino: Ino, _fh: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        Ok(StatFs {
+            namelen: NAME_MAX as u32,
+            bsize: 4096,
+            frsize: 4096,
+            ..StatFs::default()
+        })
+    }
+
+    /// The dcache holds no more references to `ino` (its last cached dentry
+    /// was freed). Backends that keep per-inode resources (open fds) drop
+    /// them here.
+    fn forget(&self, _ino: Ino) {}
+
+    /// Whether cached entries of this backend can go stale underneath the
+    /// dcache, so `revalidate` must be asked on every use. Read once when the
+    /// Vfs is built; `false` (the default) means no call ever happens.
+    fn needs_revalidate(&self) -> bool {
+        false
+    }
+
+    /// A token recorded before a lookup in `dir` (kernfs: the directory's
+    /// revision; passthrough: a timestamp). The dentry remembers it and hands
+    /// it back to `revalidate`.
+    fn dir_cookie(&self, _dir: Ino) -> u64 {
+        0
+    }
+
+    /// Is the cached entry `dir/name` -> `ino` (`None`: a negative entry),
+    /// recorded with `cookie`, still true? With `rcu = true` the caller is in
+    /// a lockless walk: the backend must not block or allocate, and answers
+    /// `NeedBlocking` when it cannot decide that way.
+    fn revalidate(
+        &self,
+        _dir: Ino,
+        _name: &[u8],
+        _ino: Option<Ino>,
+        _cookie: u64,
+        _rcu: bool,
+    ) -> Validity {
+        Validity::Valid
+    }
+}

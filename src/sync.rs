@@ -1,0 +1,74 @@
+//! The one door through which dcache's concurrency primitives come.
+//!
+//! Normally this re-exports `std`'s atomics, threads and spin hint. Built with
+//! `RUSTFLAGS="--cfg loom"` it re-exports loom's instead, so the same lockref,
+//! sequence-count and table code is model-checked unchanged. Code outside this
+//! module never names `std::sync::atomic` or `loom` directly for anything that
+//! takes part in a lock-free protocol.
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(loom)]
+pub use loom::thread;
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(not(loom))]
+pub use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub use std::thread;
+
+/// A CPU spin hint (`pause` on x86). Under loom it yields to the model
+/// checker instead, so spin loops terminate in the model.
+#[inline(always)]
+pub fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// Give the CPU away: used after a spin bound so that more runnable threads
+/// than CPUs cannot livelock on a holder that was preempted.
+#[inline]
+pub fn yield_now() {
+    thread::yield_now();
+}
+
+/// `UnsafeCell` with one API for both builds (loom's cell tracks accesses and
+/// so cannot hand out raw pointers freely; `with`/`with_mut` work on both).
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub const fn new(v: T) -> Self {
+        Self(std::cell::UnsafeCell::new(v))
+    }
+    pub fn into_inner(self) -> T {
+        self.0.into_inner()
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: ?Sized> UnsafeCell<T> {
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
