@@ -219,9 +219,7 @@ impl Dentry {
                 i += 1;
             }
             let rest = chunks.remainder();
-            if !rest.is_empty()
-                && self.d_iname[i].load(Ordering::Relaxed) != load_partial(rest)
-            {
+            if !rest.is_empty() && self.d_iname[i].load(Ordering::Relaxed) != load_partial(rest) {
                 return false;
             }
             true

@@ -44,7 +44,9 @@ impl Table {
     pub(crate) fn with_capacity(capacity: usize) -> Table {
         let n = capacity.clamp(16, 1 << 26).next_power_of_two();
         Table {
-            buckets: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            buckets: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             mask: n - 1,
         }
     }
@@ -130,7 +132,12 @@ impl Table {
     /// Insert `d` unless a live entry with the same parent and name exists;
     /// returns that entry instead (the caller tries to reference it; it may
     /// be dying, in which case the caller retries).
-    pub(crate) fn insert_unique(&self, d: *mut Dentry, name: &[u8], hash: u32) -> Option<*mut Dentry> {
+    pub(crate) fn insert_unique(
+        &self,
+        d: *mut Dentry,
+        name: &[u8],
+        hash: u32,
+    ) -> Option<*mut Dentry> {
         // SAFETY: the caller owns a reference to d.
         let dr = unsafe { &*d };
         let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;

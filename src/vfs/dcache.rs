@@ -119,7 +119,9 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
     }
     let parent = dr.d_parent.load(Ordering::Relaxed);
     // SAFETY: we took a reference on the parent in d_alloc_hashed.
-    unsafe { &*parent }.d_children.fetch_sub(1, Ordering::Relaxed);
+    unsafe { &*parent }
+        .d_children
+        .fetch_sub(1, Ordering::Relaxed);
     sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
     // SAFETY: never published; plain Box free.
     drop(unsafe { Box::from_raw(d) });
@@ -339,7 +341,9 @@ fn kill(sb: &Super, d: &Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
     }
     let parent = d.d_parent.load(Ordering::Relaxed);
     // SAFETY: the child's reference keeps the parent alive until we put it.
-    unsafe { &*parent }.d_children.fetch_sub(1, Ordering::Relaxed);
+    unsafe { &*parent }
+        .d_children
+        .fetch_sub(1, Ordering::Relaxed);
     if !listed {
         retire_dentry(sb, d as *const Dentry as *mut Dentry);
     }
@@ -380,7 +384,9 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
             if only_over && negatives_over && !lru.negative.is_empty() {
                 lru.negative.pop_front()
             } else {
-                lru.negative.pop_front().or_else(|| lru.positive.pop_front())
+                lru.negative
+                    .pop_front()
+                    .or_else(|| lru.positive.pop_front())
             }
         };
         let Some(p) = popped else { break };

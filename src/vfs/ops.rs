@@ -76,6 +76,16 @@ impl<'v> OpenFile<'v> {
     }
 }
 
+impl std::fmt::Debug for OpenFile<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenFile")
+            .field("ino", &self.ino)
+            .field("fh", &self.fh)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
 impl Drop for OpenFile<'_> {
     fn drop(&mut self) {
         let _ = self.release();
@@ -181,7 +191,13 @@ impl Vfs {
         self.create_common(at, path.as_ref(), false, |dir, name| {
             fs.create(dir, name, perm, ctx)
         })
-        .map_err(|e| if e == Errno::ENOENT && path.as_ref().ends_with(b"/") { Errno::EISDIR } else { e })
+        .map_err(|e| {
+            if e == Errno::ENOENT && path.as_ref().ends_with(b"/") {
+                Errno::EISDIR
+            } else {
+                e
+            }
+        })
     }
 
     pub fn mkdir(
@@ -291,7 +307,11 @@ impl Vfs {
             return Err(if dir_op { Errno::EINVAL } else { Errno::EISDIR });
         }
         if name == b".." {
-            return Err(if dir_op { Errno::ENOTEMPTY } else { Errno::EISDIR });
+            return Err(if dir_op {
+                Errno::ENOTEMPTY
+            } else {
+                Errno::EISDIR
+            });
         }
         let sb = self.sb();
         let dir = parent.inode().ok_or(Errno::ENOENT)?;
@@ -334,7 +354,10 @@ impl Vfs {
         }
         let (op, oname, otrail) = self.walk_parent(old_at, old_path.as_ref())?;
         let (np, nname, ntrail) = self.walk_parent(new_at, new_path.as_ref())?;
-        if oname.is_empty() || nname.is_empty() || is_dot_or_dotdot(oname) || is_dot_or_dotdot(nname)
+        if oname.is_empty()
+            || nname.is_empty()
+            || is_dot_or_dotdot(oname)
+            || is_dot_or_dotdot(nname)
         {
             return Err(Errno::EBUSY);
         }
@@ -439,7 +462,11 @@ impl Vfs {
         let sb = self.sb();
         let (ad, bd) = (a.dentry(), b.dentry());
         let (an, bn) = (ad.name(), bd.name());
-        let (first, second) = if a.as_ptr() < b.as_ptr() { (ad, bd) } else { (bd, ad) };
+        let (first, second) = if a.as_ptr() < b.as_ptr() {
+            (ad, bd)
+        } else {
+            (bd, ad)
+        };
         let g1 = first.d_lockref.lock();
         let g2 = second.d_lockref.lock();
         for x in [ad, bd] {
@@ -455,10 +482,14 @@ impl Vfs {
         bd.d_parent.store(ap, Ordering::SeqCst);
         let ea = ad.store_name(&bn);
         let eb = bd.store_name(&an);
-        ad.d_hash_len
-            .store(crate::dentry::hash_len(name_hash(&bn), bn.len()), Ordering::Relaxed);
-        bd.d_hash_len
-            .store(crate::dentry::hash_len(name_hash(&an), an.len()), Ordering::Relaxed);
+        ad.d_hash_len.store(
+            crate::dentry::hash_len(name_hash(&bn), bn.len()),
+            Ordering::Relaxed,
+        );
+        bd.d_hash_len.store(
+            crate::dentry::hash_len(name_hash(&an), an.len()),
+            Ordering::Relaxed,
+        );
         bd.d_seq.write_end();
         ad.d_seq.write_end();
         for x in [ad, bd] {

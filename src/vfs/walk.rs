@@ -135,7 +135,8 @@ impl<'a> Components<'a> {
                     .any(|p| p.remaining().iter().any(|&b| b != b'/'));
             let slash = !rest.is_empty() || self.below.iter().any(|p| !p.remaining().is_empty());
             // SAFETY: see Piece::bytes; the slice outlives &self.
-            let name = unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(start), pos - start) };
+            let name =
+                unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(start), pos - start) };
             return Some(Comp {
                 name,
                 last: !more,
@@ -522,13 +523,7 @@ impl Vfs {
 
     /// `stat` with the choice of how the last component is handled.
     #[inline]
-    pub fn stat_with(
-        &self,
-        at: At<'_>,
-        path: &[u8],
-        follow: bool,
-        mode: StatMode,
-    ) -> Result<Attr> {
+    pub fn stat_with(&self, at: At<'_>, path: &[u8], follow: bool, mode: StatMode) -> Result<Attr> {
         check_path(path)?;
         let sb = self.sb();
         {
@@ -595,7 +590,12 @@ impl Vfs {
 
     /// Resolve `path` to a counted reference (following a final symlink
     /// when `follow`). Never negative: a missing name is ENOENT.
-    pub fn lookup(&self, at: At<'_>, path: impl AsRef<[u8]>, follow: bool) -> Result<DentryRef<'_>> {
+    pub fn lookup(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+    ) -> Result<DentryRef<'_>> {
         let path = path.as_ref();
         check_path(path)?;
         let sb = self.sb();
