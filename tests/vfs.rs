@@ -362,6 +362,7 @@ fn references_balance_and_drop_frees_everything() {
     assert!(c.inodes() > 3);
     drop(vfs);
     assert_eq!(c.dentries(), 0, "every dentry freed");
+    assert_eq!(c.allocated(), 0, "every dentry's memory freed");
     assert_eq!(c.inodes(), 0, "every inode freed");
 }
 

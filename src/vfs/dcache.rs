@@ -49,6 +49,7 @@ pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
     dr.set_flags(D_ROOT);
     let s = sb_of(dr);
     s.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
+    s.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
     let inode = iget(s, attr);
     dr.d_inode.store(inode, Ordering::Relaxed);
     d
@@ -72,6 +73,7 @@ pub(crate) fn d_alloc_hashed(
         let dr = unsafe { &*d };
         dr.d_time.store(cookie, Ordering::Relaxed);
         sb.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
+        sb.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
         if let Some(a) = attr {
             dr.d_inode.store(iget(sb, a), Ordering::Relaxed);
         }
@@ -123,6 +125,7 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
         .d_children
         .fetch_sub(1, Ordering::Relaxed);
     sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+    sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
     // SAFETY: never published; plain Box free.
     drop(unsafe { Box::from_raw(d) });
     // SAFETY: the reference we took on the parent.
@@ -355,10 +358,11 @@ fn retire_dentry(sb: &Super, d: *mut Dentry) {
         let p = p as *mut Dentry;
         // SAFETY: retired once after a grace period; the Super outlives it.
         let sb = unsafe { &*(*p).d_sb };
-        sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+        sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
         // SAFETY: allocated as Box<Dentry> and now unreachable.
         drop(unsafe { Box::from_raw(p) });
     }
+    sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
     // SAFETY: the dentry is unhashed and killed; no new reader can reach it;
     // free_dentry frees a Box<Dentry>.
     unsafe { sb.rcu.retire(d as *mut u8, free_dentry) };
@@ -460,6 +464,7 @@ pub(crate) fn teardown(sb: &mut Super) {
     unsafe { sb.rcu.barrier_all() };
     for d in frees {
         sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+        sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
         // SAFETY: exclusive; each dentry is freed once here.
         drop(unsafe { Box::from_raw(d) });
     }

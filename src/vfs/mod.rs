@@ -58,8 +58,11 @@ impl Default for Config {
 /// the `Vfs` is dropped (all must then be 0).
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Allocated dentries, including those waiting for a grace period.
+    /// Live dentries: allocated and not yet retired.
     pub dentries: AtomicUsize,
+    /// Dentry memory not yet freed (live ones plus those waiting for a
+    /// grace period).
+    pub allocated: AtomicUsize,
     /// Hashed negative dentries.
     pub negative: AtomicUsize,
     /// Dentries on the LRU lists.
@@ -76,6 +79,9 @@ pub struct Counters {
 impl Counters {
     pub fn dentries(&self) -> usize {
         self.dentries.load(Ordering::Relaxed)
+    }
+    pub fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
     }
     pub fn negative(&self) -> usize {
         self.negative.load(Ordering::Relaxed)
