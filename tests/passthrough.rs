@@ -828,6 +828,9 @@ fn open_read_write_flush_fsync_release() {
     let mut big = [0u8; 64];
     assert_eq!(fs.read(f, r, 0, &mut big).unwrap(), 11);
     assert_eq!(fs.read(f, r, 100, &mut big).unwrap(), 0);
+    // Offsets beyond what off_t holds: the host's EINVAL, no panic.
+    assert_eq!(fs.read(f, r, u64::MAX, &mut buf), Err(Errno::EINVAL));
+    assert_eq!(fs.read(f, r, 1 << 63, &mut buf), Err(Errno::EINVAL));
     // A read-only handle refuses writes with the host's EBADF.
     assert_eq!(fs.write(f, r, 0, b"x"), Err(Errno::EBADF));
 
@@ -939,6 +942,12 @@ fn readdir_lists_the_host_directory_with_dot_entries() {
         let rest = list_from(&fs, ROOT_INO, e.offset);
         assert_eq!(names(&rest), names(&all[i + 1..]), "after {:?}", e.name);
     }
+    // A cookie the host never gave: its error (EINVAL for a negative
+    // offset), not a panic.
+    assert_eq!(
+        fs.readdir(ROOT_INO, u64::MAX, &mut |_| true),
+        Err(Errno::EINVAL)
+    );
     // emit returning false stops the listing at once.
     let mut seen = 0;
     fs.readdir(ROOT_INO, 0, &mut |_| {

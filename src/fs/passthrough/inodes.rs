@@ -118,22 +118,24 @@ impl InodeTable {
         self.read().by_key.get(&key).copied()
     }
 
+    /// The held entry for a host inode, counting one lookup, if there is one.
+    pub(crate) fn hit(&self, key: HostKey) -> Option<(Ino, Arc<Inode>)> {
+        let maps = self.read();
+        let ino = *maps.by_key.get(&key)?;
+        let inode = maps.by_ino.get(&ino)?.clone();
+        inode.add_lookup();
+        Some((ino, inode))
+    }
+
     /// Hand out the host object `fd` (whose stat is `st`): the existing
     /// number if the host inode is already known (a hard link or a repeated
     /// lookup; `fd` is then closed), else a fresh one holding `fd`. Counts
     /// one lookup either way.
     pub(crate) fn register(&self, fd: OwnedFd, st: &libc::stat) -> Result<(Ino, Arc<Inode>)> {
         let key = sys::host_key(st);
-        let found = {
-            let maps = self.read();
-            maps.by_key
-                .get(&key)
-                .and_then(|ino| maps.by_ino.get(ino).map(|i| (*ino, i.clone())))
-        };
-        if let Some((ino, inode)) = found {
-            inode.add_lookup();
+        if let Some(found) = self.hit(key) {
             drop(fd);
-            return Ok((ino, inode));
+            return Ok(found);
         }
         let kind = sys::kind_of(st)?;
         let fresh = Arc::new(Inode {

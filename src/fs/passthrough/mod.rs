@@ -3,16 +3,17 @@
 //!
 //! # Confinement
 //! Every inode the backend has handed out holds an `O_PATH | O_NOFOLLOW`
-//! descriptor of the host object. A lookup is `openat(parent_fd, name,
-//! O_PATH | O_NOFOLLOW)`; every other call names its object by a held fd
-//! (`AT_EMPTY_PATH`, or the fd's `/proc/self/fd/N` link for the calls that
-//! refuse O_PATH fds) or by a held directory fd and one component. No path is
-//! ever joined from names, names are single checked components (`..`, `.`,
-//! `/`, NUL and empty names are EINVAL, over 255 bytes ENAMETOOLONG), and a
-//! final symlink is never followed: a symlink pointing out of the tree is
-//! reported as a link and never traversed here (the Vfs resolves links itself
-//! by reading them). Only the root path given to [`Passthrough::new`] is
-//! resolved as a path, once.
+//! descriptor of the host object. A lookup is `fstatat(parent_fd, name,
+//! AT_SYMLINK_NOFOLLOW)` and, for a host inode not held yet, `openat(parent_fd,
+//! name, O_PATH | O_NOFOLLOW)` plus an fstat of the new fd. Every other call
+//! names its object by a held fd (`AT_EMPTY_PATH`, or the fd's
+//! `/proc/self/fd/N` link for the calls that refuse O_PATH fds) or by a held
+//! directory fd and one component. No path is ever joined from names; names
+//! are single checked components (`..`, `.`, `/`, NUL and empty names are
+//! EINVAL, over 255 bytes ENAMETOOLONG); a final symlink is never followed: a
+//! symlink pointing out of the tree is reported as a link and never traversed
+//! here (the Vfs resolves links itself by reading them). Only the root path
+//! given to [`Passthrough::new`] is resolved as a path, once.
 //!
 //! # Inode numbers and `forget`
 //! Host `(st_dev, st_ino)` maps to our number (the root is 1, the rest count
@@ -28,15 +29,19 @@
 //!
 //! # Revalidation
 //! `dir_cookie` is the coarse monotonic clock (cookie 0: no time recorded,
-//! always rechecked). An entry younger than its TTL
-//! is Valid with no syscall, lock or shared write (fine in rcu-walk). An
-//! older one needs one `fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)`: rcu-walk
-//! gets NeedBlocking; otherwise a negative entry stays Valid only while the
-//! name is still missing, a positive one only while the name still leads to
-//! the same host inode with the ctime and mtime last reported for it. The
-//! cookie is not refreshed by a successful check, so until the Vfs looks the
-//! name up again (or stores a fresh `dir_cookie` on Valid) each use past the
-//! TTL costs that one syscall. `getattr` always stats the held fd.
+//! always rechecked). An entry younger than its TTL is Valid with no syscall,
+//! lock or shared write (fine in rcu-walk). An older one needs one
+//! `fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)`: rcu-walk gets NeedBlocking;
+//! otherwise a negative entry stays Valid only while the name is still
+//! missing, a positive one only while the name still leads to the same host
+//! inode with the ctime and mtime last reported for it. The cookie is not
+//! refreshed by a successful check, so until the Vfs looks the name up again
+//! (or stores a fresh `dir_cookie` on Valid) each use past the TTL costs that
+//! one syscall. `getattr` always stats the held fd.
+//!
+//! # readdir
+//! Host cookies (`d_off`), offset past the trait's `.` = 1 and `..` = 2; see
+//! the `readdir` module for the scheme and for the inode numbers reported.
 //!
 //! # Ownership and modes
 //! New objects are created with the daemon's credentials; when it runs as root
@@ -167,6 +172,13 @@ impl Passthrough {
 
     /// Open `dir/name` as a held inode (one lookup counted).
     fn lookup_name(&self, dir: &Inode, name: &CName) -> Result<Attr> {
+        // A name whose host inode is already held needs no new fd: one
+        // fstatat instead of openat + fstat + close. The held fd pins the
+        // host inode, so a matching (dev, ino) is that very object.
+        let st = sys::stat_at(dir.fd(), name)?;
+        if let Some((ino, inode)) = self.inodes.hit(sys::host_key(&st)) {
+            return self.attr(ino, &inode, &st);
+        }
         let fd = sys::open_path(dir.fd(), name)?;
         let st = sys::stat_fd(fd.as_fd())?;
         let (ino, inode) = self.inodes.register(fd, &st)?;

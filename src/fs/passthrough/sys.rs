@@ -351,8 +351,12 @@ pub(crate) fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
     check(unsafe { libc::ftruncate(fd.as_raw_fd(), size) })
 }
 
-fn offset(off: u64) -> Result<libc::off_t> {
-    libc::off_t::try_from(off).map_err(|_| Errno::EINVAL)
+/// `off + done` as a file offset; EINVAL past what off_t holds (as the
+/// host says for a negative offset).
+fn offset(off: u64, done: usize) -> Result<libc::off_t> {
+    off.checked_add(done as u64)
+        .and_then(|o| libc::off_t::try_from(o).ok())
+        .ok_or(Errno::EINVAL)
 }
 
 /// pread until `buf` is full or end of file (a short count only at EOF or
@@ -360,7 +364,7 @@ fn offset(off: u64) -> Result<libc::off_t> {
 pub(crate) fn pread_full(fd: BorrowedFd<'_>, off: u64, buf: &mut [u8]) -> Result<usize> {
     let mut done = 0;
     while done < buf.len() {
-        let pos = offset(off + done as u64)?;
+        let pos = offset(off, done)?;
         let rest = &mut buf[done..];
         // SAFETY: `rest` has `rest.len()` writable bytes and `fd` is live.
         let n = unsafe { libc::pread(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), pos) };
@@ -384,7 +388,7 @@ pub(crate) fn pread_full(fd: BorrowedFd<'_>, off: u64, buf: &mut [u8]) -> Result
 pub(crate) fn pwrite_full(fd: BorrowedFd<'_>, off: u64, data: &[u8]) -> Result<usize> {
     let mut done = 0;
     while done < data.len() {
-        let pos = offset(off + done as u64)?;
+        let pos = offset(off, done)?;
         let rest = &data[done..];
         // SAFETY: `rest` has `rest.len()` readable bytes and `fd` is live.
         let n = unsafe { libc::pwrite(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len(), pos) };
