@@ -9,6 +9,7 @@
 //! Every method returns the POSIX errno a local filesystem would give.
 
 pub mod memfs;
+pub mod passthrough;
 
 use crate::errno::{Errno, Result};
 
