@@ -24,6 +24,9 @@ pub struct Inode {
     link: AtomicPtr<Box<[u8]>>,
     /// How many dentries point here (changed under the Vfs's inode-map lock).
     pub(crate) i_dentries: AtomicUsize,
+    /// Backend replies absorbed into this object (see `FileSystem::forget`);
+    /// changed under the inode-map lock.
+    pub(crate) i_nlookup: AtomicU64,
     /// Directory lock: shared for slow lookups, exclusive for changes.
     pub(crate) i_rwsem: std::sync::RwLock<()>,
     /// Serialises attribute writers (`i_seq` needs one writer at a time).
@@ -84,6 +87,7 @@ impl Inode {
             attr: std::array::from_fn(|i| AtomicU64::new(w[i])),
             link: AtomicPtr::new(std::ptr::null_mut()),
             i_dentries: AtomicUsize::new(0),
+            i_nlookup: AtomicU64::new(0),
             i_rwsem: std::sync::RwLock::new(()),
             attr_lock: std::sync::Mutex::new(()),
         }

@@ -1181,17 +1181,17 @@ fn forget_closes_the_held_descriptor() {
     assert_eq!(fds_inside(p), base + 3);
     assert_eq!(fs.inode_count(), 4);
 
-    fs.forget(a);
+    fs.forget(a, u64::MAX);
     assert_eq!(fds_inside(p), base + 2);
     assert_eq!(fs.getattr(a), Err(Errno::ESTALE));
-    fs.forget(b);
-    fs.forget(dir);
+    fs.forget(b, u64::MAX);
+    fs.forget(dir, u64::MAX);
     assert_eq!(fds_inside(p), base);
     assert_eq!(fs.inode_count(), 1);
     // Unknown numbers and the root are ignored.
-    fs.forget(a);
-    fs.forget(123_456);
-    fs.forget(ROOT_INO);
+    fs.forget(a, u64::MAX);
+    fs.forget(123_456, u64::MAX);
+    fs.forget(ROOT_INO, u64::MAX);
     assert_eq!(fs.getattr(ROOT_INO).unwrap().kind, FileType::Directory);
     assert_eq!(fds_inside(p), base);
 
@@ -1203,7 +1203,7 @@ fn forget_closes_the_held_descriptor() {
     // An open handle keeps its own descriptor past forget; release closes it.
     let h = fs.open(a2, libc::O_RDONLY).unwrap();
     assert_eq!(fds_inside(p), base + 2);
-    fs.forget(a2);
+    fs.forget(a2, u64::MAX);
     assert_eq!(fds_inside(p), base + 1);
     // The handle is still usable by number/ino pairing until released.
     let mut buf = [0u8; 1];
@@ -1260,7 +1260,7 @@ fn concurrent_lookups_agree_and_forgets_are_safe() {
                         Err(e) => assert_eq!(e, Errno::ESTALE),
                     }
                     if k % 3 == 0 {
-                        fs.forget(a.ino);
+                        fs.forget(a.ino, u64::MAX);
                     }
                 }
             });
@@ -1268,7 +1268,7 @@ fn concurrent_lookups_agree_and_forgets_are_safe() {
     });
     for i in 0..8 {
         if let Some(a) = fs.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap() {
-            fs.forget(a.ino);
+            fs.forget(a.ino, u64::MAX);
         }
     }
     assert_eq!(fs.inode_count(), 1);
@@ -1317,4 +1317,22 @@ fn construction_errors_are_the_hosts() {
     symlink(d.path(), d.path().join("via")).ok();
     let fs = Passthrough::new(&d.path().join("via")).unwrap();
     assert_eq!(lk(&fs, ROOT_INO, "file").kind, FileType::Regular);
+}
+
+/// forget is counted: a lookup that raced a forget keeps the entry alive.
+#[test]
+fn counted_forget_keeps_raced_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let fs = dcache::fs::passthrough::Passthrough::new(dir.path()).unwrap();
+    let root = fs.root();
+    let a = fs.lookup(root, b"f").unwrap().unwrap().ino;
+    let b = fs.lookup(root, b"f").unwrap().unwrap().ino;
+    assert_eq!(a, b);
+    assert_eq!(fs.lookup_count(a), Some(2));
+    fs.forget(a, 1);
+    assert!(fs.getattr(a).is_ok(), "one lookup is still outstanding");
+    fs.forget(a, 1);
+    assert_eq!(fs.lookup_count(a), None);
+    assert!(fs.getattr(a).is_err());
 }

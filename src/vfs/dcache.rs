@@ -142,6 +142,7 @@ pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
         if i.kind == attr.kind {
             i.set_attr(attr);
             i.i_dentries.fetch_add(1, Ordering::Relaxed);
+            i.i_nlookup.fetch_add(1, Ordering::Relaxed);
             return p.as_ptr();
         }
         // The backend reused the number for a different object: the old
@@ -150,6 +151,8 @@ pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
     let p = Box::into_raw(Box::new(Inode::new(attr)));
     // SAFETY: fresh.
     unsafe { &*p }.i_dentries.store(1, Ordering::Relaxed);
+    // SAFETY: fresh.
+    unsafe { &*p }.i_nlookup.store(1, Ordering::Relaxed);
     sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
     // SAFETY: Box::into_raw never returns null.
     map.insert(attr.ino, unsafe { NonNull::new_unchecked(p) });
@@ -169,10 +172,9 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
     if mapped {
         map.remove(&i.ino);
     }
+    let nlookup = i.i_nlookup.load(Ordering::Relaxed);
     drop(map);
-    if mapped {
-        sb.fs.forget(i.ino);
-    }
+    sb.fs.forget(i.ino, nlookup);
     unsafe fn free_inode(p: *mut u8) {
         // SAFETY: retired once, after the grace period, as a Box<Inode>.
         drop(unsafe { Box::from_raw(p as *mut Inode) });

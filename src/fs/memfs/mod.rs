@@ -352,5 +352,5 @@ impl FileSystem for MemFs {
 
     /// Nothing to drop: inodes live by their names and open handles, not
     /// by dcache references (see the module docs).
-    fn forget(&self, _ino: Ino) {}
+    fn forget(&self, _ino: Ino, _nlookup: u64) {}
 }

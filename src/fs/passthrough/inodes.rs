@@ -157,7 +157,12 @@ impl InodeTable {
                 .get(&key)
                 .and_then(|ino| maps.by_ino.get(ino).map(|i| (*ino, i.clone())));
             match winner {
-                Some(w) => Err(w),
+                Some(w) => {
+                    // Counted under the lock, so a forget cannot slip in
+                    // between and drop the entry we are handing out.
+                    w.1.add_lookup();
+                    Err(w)
+                }
                 None => {
                     maps.by_key.insert(key, candidate);
                     maps.by_ino.insert(candidate, fresh.clone());
@@ -168,7 +173,6 @@ impl InodeTable {
         match raced {
             Ok(()) => Ok((candidate, fresh)),
             Err((ino, inode)) => {
-                inode.add_lookup();
                 // `fresh` (and its fd) is closed here, outside the lock.
                 drop(fresh);
                 Ok((ino, inode))
@@ -178,17 +182,35 @@ impl InodeTable {
 
     /// Count one more reply handing out an inode that is already held.
     pub(crate) fn add_lookup(&self, inode: &Inode) {
+        // Under the shared lock, ordered against a counted forget.
+        let _maps = self.read();
         inode.add_lookup();
     }
 
-    /// Drop every reference to `ino`: the entry goes and its fd closes once
-    /// no operation still uses it. The root and unknown numbers are ignored.
-    pub(crate) fn forget(&self, ino: Ino) {
+    /// Drop `nlookup` of the references that replies handed out for `ino`
+    /// (FUSE's counted forget); at zero the entry goes and its fd closes once
+    /// no operation still uses it. A lookup that raced the forget already
+    /// added its own count, so it keeps the entry alive. The root and
+    /// unknown numbers are ignored.
+    pub(crate) fn forget(&self, ino: Ino, nlookup: u64) {
         if ino == ROOT_INO {
             return;
         }
         let removed = {
             let mut maps = self.write();
+            let Some(inode) = maps.by_ino.get(&ino) else {
+                return;
+            };
+            // Relaxed: every change to nlookup of a mapped inode happens
+            // under this map's lock (shared for lookups, exclusive here).
+            let left = inode
+                .nlookup
+                .load(Ordering::Relaxed)
+                .saturating_sub(nlookup);
+            inode.nlookup.store(left, Ordering::Relaxed);
+            if left > 0 {
+                return;
+            }
             let removed = maps.by_ino.remove(&ino);
             if let Some(inode) = &removed {
                 if maps.by_key.get(&inode.key) == Some(&ino) {

@@ -448,8 +448,8 @@ impl FileSystem for Passthrough {
         })
     }
 
-    fn forget(&self, ino: Ino) {
-        self.inodes.forget(ino);
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.inodes.forget(ino, nlookup);
     }
 
     fn needs_revalidate(&self) -> bool {
