@@ -88,11 +88,52 @@ impl Piece {
     }
 }
 
+/// A stack of path pieces: the first few inline, so following cached
+/// symlinks in rcu-walk allocates nothing.
+struct PieceStack {
+    inline: [Piece; 8],
+    len: usize,
+    spill: Vec<Piece>,
+}
+
+impl PieceStack {
+    fn new() -> PieceStack {
+        let empty = Piece::new(&[]);
+        PieceStack {
+            inline: [empty; 8],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+    fn push(&mut self, p: Piece) {
+        if self.len < self.inline.len() {
+            self.inline[self.len] = p;
+            self.len += 1;
+        } else {
+            self.spill.push(p);
+        }
+    }
+    fn pop(&mut self) -> Option<Piece> {
+        if let Some(p) = self.spill.pop() {
+            return Some(p);
+        }
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        Some(self.inline[self.len])
+    }
+    fn iter(&self) -> impl Iterator<Item = &Piece> {
+        self.inline[..self.len].iter().chain(self.spill.iter())
+    }
+}
+
 /// Iterates the components of a path, splicing in symlink targets.
-/// Allocates nothing until a symlink is followed.
+/// Allocates nothing unless more than 8 symlinks nest or a target had to be
+/// copied (ref-walk).
 pub(crate) struct Components<'a> {
     top: Piece,
-    below: Vec<Piece>,
+    below: PieceStack,
     owned: Vec<Box<[u8]>>,
     links: u32,
     _path: PhantomData<&'a [u8]>,
@@ -102,7 +143,7 @@ impl<'a> Components<'a> {
     pub(crate) fn new(path: &'a [u8]) -> Components<'a> {
         Components {
             top: Piece::new(path),
-            below: Vec::new(),
+            below: PieceStack::new(),
             owned: Vec::new(),
             links: 0,
             _path: PhantomData,
