@@ -15,9 +15,6 @@
 //!
 //! The `const` asserts below make the split a build failure to break.
 
-use std::mem::{offset_of, size_of};
-
-use crate::cache_aligned::CACHE_LINE;
 use crate::inode::Inode;
 use crate::lockref::LockRef;
 use crate::seqcount::SeqCount;
@@ -74,21 +71,28 @@ pub struct Dentry {
     pub(crate) d_lockref: crate::cache_aligned::CacheAligned<LockRef>,
 }
 
-// The rules of the layout, checked at build time.
-const LOCKREF_OFF: usize = offset_of!(Dentry, d_lockref);
-const LOOKUP_END: usize = offset_of!(Dentry, d_iname) + size_of::<[AtomicU64; INLINE_WORDS]>();
-const _: () = assert!(LOCKREF_OFF % CACHE_LINE == 0);
-// Every lookup field ends before the LockRef's cache line starts...
-const _: () = assert!(LOOKUP_END <= LOCKREF_OFF);
-const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= LOCKREF_OFF);
-const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= LOCKREF_OFF);
-// ...and nothing else shares that line with it.
-const _: () = assert!(offset_of!(Dentry, d_fsdata) + 8 <= LOCKREF_OFF);
-const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
-const _: () = assert!(size_of::<Dentry>() <= 192);
-// The per-step hot fields fit in the first line.
-const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= CACHE_LINE);
-const _: () = assert!(DNAME_INLINE_LEN >= 32 && DNAME_INLINE_LEN % 8 == 0);
+// The rules of the layout, checked at build time. (Not under loom, whose
+// instrumented atomics are larger than the real ones.)
+#[cfg(not(loom))]
+mod layout_rules {
+    use super::*;
+    use crate::cache_aligned::CACHE_LINE;
+    use std::mem::{offset_of, size_of};
+    const LOCKREF_OFF: usize = offset_of!(Dentry, d_lockref);
+    const LOOKUP_END: usize = offset_of!(Dentry, d_iname) + size_of::<[AtomicU64; INLINE_WORDS]>();
+    const _: () = assert!(LOCKREF_OFF % CACHE_LINE == 0);
+    // Every lookup field ends before the LockRef's cache line starts...
+    const _: () = assert!(LOOKUP_END <= LOCKREF_OFF);
+    const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= LOCKREF_OFF);
+    const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= LOCKREF_OFF);
+    // ...and nothing else shares that line with it.
+    const _: () = assert!(offset_of!(Dentry, d_fsdata) + 8 <= LOCKREF_OFF);
+    const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
+    const _: () = assert!(size_of::<Dentry>() <= 192);
+    // The per-step hot fields fit in the first line.
+    const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= CACHE_LINE);
+    const _: () = assert!(DNAME_INLINE_LEN >= 32 && DNAME_INLINE_LEN % 8 == 0);
+}
 
 // SAFETY: all shared mutable state is atomic or behind the lockref; `d_sb`
 // points to the Vfs's Super, which outlives every dentry and is Sync.
