@@ -25,7 +25,7 @@
 //!
 //! # One retry loop, four policies
 //!
-//! All operations share one loop ([`LockRef::cmpxchg_loop`], the analogue of
+//! All operations share one loop (`LockRef::cmpxchg_loop`, the analogue of
 //! Linux's `CMPXCHG_LOOP`) steered by a [`Policy`] type parameter:
 //!
 //! - [`Linux`] (6.17): relaxed CAS, at most 100 rounds, and the loop is
@@ -62,7 +62,7 @@
 //! yields the CPU after its own bound, so oversubscription cannot livelock.
 //! The cascade therefore ends after one generation: the threads that saw the
 //! transient `LOCKED` holder take the slow path once, everyone arriving
-//! behind them waits a few hundred nanoseconds and goes back to CAS.
+//! behind them waits for that short burst to drain and goes back to CAS.
 //!
 //! A `LOCKED` holder makes `Dcache` give up at once, exactly like `Linux`.
 //! That is the case where the lock is really wanted (a `dput` dropping the
@@ -72,14 +72,16 @@
 //! thundering herd that a queued spinlock avoids (-33.7% unixbench, -56%
 //! stress-ng getdent on the test robot).
 //!
-//! The trade-off: a `Dcache` operation can spend up to the spin budget
+//! The trade-off: a `Dcache` operation may spend up to the spin budget
 //! waiting for slow-path holders where `Linux` would have queued on the
-//! spinlock at once; under sustained real contention where most holders
-//! are `SHORT` (many threads whose CAS rounds ran out) the waiters re-read
-//! the line instead of queueing, which costs the same line transfers the
-//! spinlock's own test-and-test-and-set waiters cost. `put_or_lock` takes the
-//! lock as `SHORT` and relabels it `LOCKED` only when it keeps it, so a
-//! drop that turns out not to be the last is still a short hold.
+//! spinlock at once. The worst case is a `SHORT` holder preempted mid-hold:
+//! its waiters burn the whole budget before they queue (and the queue's
+//! spinlock then yields). Under sustained contention where most holders are
+//! `SHORT` (many threads whose CAS rounds ran out), the waiters poll the line
+//! read-only instead of polling it inside the spinlock, the same line
+//! traffic as the spinlock's own test-and-test-and-set waiters. `put_or_lock`
+//! takes the lock as `SHORT` and relabels it `LOCKED` only when it keeps it,
+//! so a drop that turns out not to be the last is still a short hold.
 //!
 //! # Memory orderings
 //!
