@@ -8,6 +8,7 @@
 
 pub mod cache_aligned;
 pub mod errno;
+pub mod file;
 pub mod fs;
 pub mod lockref;
 pub mod sync;
