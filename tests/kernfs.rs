@@ -609,7 +609,7 @@ fn remove_waits_for_a_reader_inside_show() {
 /// freed once.
 #[test]
 fn readers_race_a_writer() {
-    const STEPS: usize = 300;
+    const STEPS: usize = if cfg!(miri) { 12 } else { 300 };
     for v in Variant::ALL {
         let fs = Arc::new(KernFs::with_variant(v));
         let d = fs.create_dir(ROOT_INO, "d", 0o755).unwrap();

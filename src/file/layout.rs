@@ -129,10 +129,12 @@ pub struct PackedFile<T> {
     fh: u64,
 }
 
+#[cfg(not(loom))]
 const fn line(off: usize) -> usize {
     off / CACHE_LINE
 }
 
+#[cfg(not(loom))]
 const fn last_line(off: usize, size: usize) -> usize {
     (off + size - 1) / CACHE_LINE
 }

@@ -61,6 +61,15 @@ impl AttrCell {
         Some((version, decode(ino, &w)?))
     }
 
+    /// The version of the copy now in the cell or being written to it; a
+    /// hint that lets refreshers skip a cell that is already current.
+    pub(super) fn version_hint(&self) -> u64 {
+        // Relaxed: only compared with a version read under the tree lock;
+        // a match means a refresh of the same attributes is done or under
+        // way, and readers check the sequence count themselves.
+        self.version.load(Ordering::Relaxed)
+    }
+
     /// Replace the copy with `attr` made at `version`; false when another
     /// refresher holds the cell (the caller just returns its own `attr`).
     pub(super) fn try_store(&self, version: u64, attr: &Attr) -> bool {

@@ -456,7 +456,11 @@ impl KernFs {
             // Relaxed: versions only move under the write lock, which the
             // caller's shared hold excludes and has synchronised with.
             let v = s.attr_ver.load(Ordering::Relaxed);
-            s.snap.try_store(v, attr);
+            // Skip the store when current: lookups of a clean node would
+            // otherwise write the copy's line on every call.
+            if s.snap.version_hint() != v {
+                s.snap.try_store(v, attr);
+            }
         }
     }
 
