@@ -2,6 +2,7 @@
 //!
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
 //! - [`fs`]: the backend contract and the backends.
+//! - [`fuse`]: `dcache mount`, serving a backend through FUSE.
 //!
 //! All lock-free code reaches atomics through [`sync`], so it also builds
 //! under loom (`RUSTFLAGS="--cfg loom"`).
@@ -11,6 +12,8 @@ pub mod dentry;
 pub mod errno;
 pub mod file;
 pub mod fs;
+#[cfg(not(loom))]
+pub mod fuse;
 pub mod inode;
 pub mod layout;
 pub mod lockref;
