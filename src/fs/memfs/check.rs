@@ -59,16 +59,17 @@ impl Tree {
             }
         }
         if pages != self.used_pages {
-            return Err(format!(
-                "{pages} pages held, {} counted",
-                self.used_pages
-            ));
+            return Err(format!("{pages} pages held, {} counted", self.used_pages));
         }
 
         for (&ino, inode) in &self.inodes {
             let n = names.get(&ino).copied().unwrap_or(0);
             if inode.is_dir() {
-                let expect = if ino == ROOT || inode.nlink == 0 { 0 } else { 1 };
+                let expect = if ino == ROOT || inode.nlink == 0 {
+                    0
+                } else {
+                    1
+                };
                 if n != expect {
                     return Err(format!("dir {ino} has {n} names"));
                 }
@@ -106,7 +107,9 @@ impl Tree {
         }
         for (&ino, inode) in &self.inodes {
             if inode.nlink > 0 && !seen.contains(&ino) {
-                return Err(format!("ino {ino} is named but not reachable from the root"));
+                return Err(format!(
+                    "ino {ino} is named but not reachable from the root"
+                ));
             }
         }
         Ok(())

@@ -430,9 +430,7 @@ impl Tree {
         if !path_only {
             match inode.kind {
                 FileType::Symlink => return Err(Errno::ELOOP),
-                FileType::Directory if acc != libc::O_RDONLY || trunc => {
-                    return Err(Errno::EISDIR)
-                }
+                FileType::Directory if acc != libc::O_RDONLY || trunc => return Err(Errno::EISDIR),
                 FileType::Socket => return Err(Errno(libc::ENXIO)),
                 _ => {}
             }
