@@ -21,11 +21,13 @@ pub struct Timing {
     pub seconds: u64,
 }
 
-/// What one case produced: its result (None when it could not be prepared)
-/// and the problems met on the way.
+/// What one case produced: its result (None when it could not be prepared),
+/// the problems met on the way, and warnings that do not make the run fail
+/// (a thread that could not be pinned).
 pub struct CaseOutcome {
     pub result: Option<RunResult>,
     pub errors: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 /// The prefix of every line a case prints: `<workload> <target> <variant> <n>t`.
@@ -52,10 +54,12 @@ pub(crate) fn run_case(
             return CaseOutcome {
                 result: None,
                 errors: vec![format!("{name}: cannot prepare: {e}")],
+                warnings: Vec::new(),
             }
         }
     };
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     let result = match workload.driver() {
         Driver::Timed => {
             let phase = drive(
@@ -73,6 +77,7 @@ pub(crate) fn run_case(
                 progress,
             );
             errors.extend(phase.errors.iter().map(|e| format!("{name}: {e}")));
+            warnings.extend(phase.warnings.iter().map(|e| format!("{name}: {e}")));
             RunResult {
                 workload: None,
                 target: spec.target.to_string(),
@@ -116,6 +121,7 @@ pub(crate) fn run_case(
             ));
             errors.extend(single.errors.iter().map(|e| format!("{name}: single: {e}")));
             errors.extend(concur.errors.iter().map(|e| format!("{name}: concur: {e}")));
+            warnings.extend(concur.warnings.iter().map(|e| format!("{name}: {e}")));
             let wall = concur.wall.as_secs_f64();
             RunResult {
                 workload: None,
@@ -138,6 +144,7 @@ pub(crate) fn run_case(
     CaseOutcome {
         result: Some(result),
         errors,
+        warnings,
     }
 }
 
@@ -159,6 +166,7 @@ struct Phase {
     /// From the start signal until every worker ended.
     wall: Duration,
     errors: Vec<String>,
+    warnings: Vec<String>,
 }
 
 /// Run `threads` workers of `case`. With `timing`, they loop until stopped
@@ -177,6 +185,7 @@ fn drive(
     let stop = Stop::default();
     let gate = Gate::default();
     let failures = Mutex::new(Vec::new());
+    let pin_error: Mutex<Option<String>> = Mutex::new(None);
     let pinned: Vec<Mutex<Option<usize>>> = (0..threads).map(|_| Mutex::new(None)).collect();
     let shared = Shared {
         slots: &slots,
@@ -192,7 +201,8 @@ fn drive(
     thread::scope(|s| {
         let mut spawned = 0;
         for i in 0..threads {
-            let (shared, pinned, failures) = (&shared, &pinned[i], &failures);
+            let (shared, pinned, failures, pin_error) =
+                (&shared, &pinned[i], &failures, &pin_error);
             let cpu = cpu_for(cpus, i);
             let r = thread::Builder::new()
                 .name(format!("bench-{i}"))
@@ -200,10 +210,9 @@ fn drive(
                     let cpu = match pin_current_thread(cpu) {
                         Ok(()) => Some(cpu),
                         Err(e) => {
-                            push(
-                                failures,
-                                format!("worker {i}: cannot pin to CPU {cpu}: {e}"),
-                            );
+                            // Unpinned numbers are noisier but still numbers
+                            // (a seccomp filter may forbid affinity calls).
+                            *lock(pin_error) = Some(format!("cannot pin to CPU {cpu}: {e}"));
                             None
                         }
                     };
@@ -306,13 +315,20 @@ fn drive(
     if wall.is_zero() {
         wall = elapsed.iter().copied().max().unwrap_or_default();
     }
+    let cpus: Vec<Option<usize>> = pinned.iter().map(|p| *lock(p)).collect();
+    let unpinned = cpus.iter().filter(|c| c.is_none()).count();
+    let warnings = match lock(&pin_error).take() {
+        Some(e) => vec![format!("{unpinned} worker(s) run unpinned: {e}")],
+        None => Vec::new(),
+    };
     Phase {
         samples,
         elapsed,
-        cpus: pinned.iter().map(|p| *lock(p)).collect(),
+        cpus,
         total_ops: read_ops(&slots).iter().sum(),
         wall,
         errors,
+        warnings,
     }
 }
 
@@ -345,10 +361,6 @@ fn lock<T>(m: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
     // A panicking worker is caught before it can poison these; if one ever
     // does, the data (a list of messages, a CPU number) is still usable.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn push(failures: &Mutex<Vec<String>>, msg: String) {
-    lock(failures).push(msg);
 }
 
 #[cfg(test)]

@@ -113,6 +113,9 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
                     };
                     let out =
                         harness::run_case(step.workload, &spec, step.timing, &cpus, &progress);
+                    for w in &out.warnings {
+                        progress.eprintln(&format!("dcache: warning: {w}"));
+                    }
                     for e in &out.errors {
                         progress.eprintln(&format!("dcache: {e}"));
                     }
