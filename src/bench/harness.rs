@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::affinity::{cpu_for, pin_current_thread};
+use super::cputime::thread_cpu_time;
 use super::progress::Progress;
 use super::report::{mean_total, RunResult, Sample};
 use super::worker::{catch, Gate, Shared, Slot, Stop, Worker};
@@ -86,6 +87,7 @@ pub(crate) fn run_case(
                 seconds: phase.samples.len() as u64,
                 ops_per_sec: mean_total(&phase.samples),
                 per_second: phase.samples,
+                cpu_util: phase.cpu_util,
             }
         }
         Driver::Iterations => {
@@ -135,6 +137,7 @@ pub(crate) fn run_case(
                     0.0
                 },
                 per_second: concur.samples,
+                cpu_util: None,
             }
         }
     };
@@ -165,6 +168,9 @@ struct Phase {
     total_ops: u64,
     /// From the start signal until every worker ended.
     wall: Duration,
+    /// Timed runs: the workers' CPU time over the measured window divided
+    /// by (workers x window); below 1 when something else took their CPUs.
+    cpu_util: Option<f64>,
     errors: Vec<String>,
     warnings: Vec<String>,
 }
@@ -197,6 +203,7 @@ fn drive(
     let mut samples = Vec::new();
     let mut spawn_error = None;
     let mut wall = Duration::ZERO;
+    let mut cpu_util = None;
 
     thread::scope(|s| {
         let mut spawned = 0;
@@ -262,6 +269,8 @@ fn drive(
                 let rest = t.warmup - Duration::from_secs(t.warmup.as_secs());
                 next += rest;
                 sleep_until(next);
+                let cpu_start = cpu_times(&slots);
+                let measure_start = Instant::now();
                 let mut prev = read_ops(&slots);
                 for _ in 0..t.seconds {
                     next += Duration::from_secs(1);
@@ -278,6 +287,7 @@ fn drive(
                     prev = cur;
                     progress.tick();
                 }
+                cpu_util = utilisation(&cpu_start, &cpu_times(&slots), measure_start.elapsed());
                 stop.set();
             }
             None => {
@@ -327,9 +337,39 @@ fn drive(
         cpus,
         total_ops: read_ops(&slots).iter().sum(),
         wall,
+        cpu_util,
         errors,
         warnings,
     }
+}
+
+/// Each worker's CPU time so far (None for a worker that never reached its
+/// loop, or whose clock cannot be read).
+fn cpu_times(slots: &[Slot]) -> Vec<Option<Duration>> {
+    slots
+        .iter()
+        // Relaxed: the handle was published before the start (gate).
+        .map(|s| match s.thread.load(Ordering::Relaxed) {
+            0 => None,
+            h => thread_cpu_time(h),
+        })
+        .collect()
+}
+
+/// CPU time used between two readings over the time available to the
+/// workers that have both readings.
+fn utilisation(
+    start: &[Option<Duration>],
+    end: &[Option<Duration>],
+    window: Duration,
+) -> Option<f64> {
+    let (used, n) = start
+        .iter()
+        .zip(end)
+        .filter_map(|(a, b)| Some(b.as_ref()?.saturating_sub(*a.as_ref()?)))
+        .fold((Duration::ZERO, 0u32), |(sum, n), d| (sum + d, n + 1));
+    let avail = window.as_secs_f64() * f64::from(n);
+    (avail > 0.0).then(|| used.as_secs_f64() / avail)
 }
 
 fn read_ops(slots: &[Slot]) -> Vec<u64> {
@@ -408,6 +448,18 @@ mod tests {
     }
 
     #[test]
+    fn utilisation_is_used_over_available() {
+        let s = |ms| Some(Duration::from_millis(ms));
+        let u = utilisation(
+            &[s(0), s(100), None],
+            &[s(500), s(600), s(9)],
+            Duration::from_secs(1),
+        );
+        assert_eq!(u, Some(0.5));
+        assert_eq!(utilisation(&[None], &[s(1)], Duration::from_secs(1)), None);
+    }
+
+    #[test]
     fn iteration_limit_counts_exactly() {
         let case = counting();
         let phase = drive(
@@ -468,6 +520,8 @@ mod tests {
         assert!(s.min <= s.max && s.max <= s.total && s.total > 0);
         // The counters saw at least the sampled operations.
         assert!(case.ops.load(Ordering::Relaxed) >= s.total);
+        let util = phase.cpu_util.unwrap();
+        assert!(util > 0.0 && util < 1.5, "{util}");
     }
 
     struct Failing;

@@ -14,6 +14,7 @@
 //! - [`report`], [`plot`]: the outputs. [`workloads`]: the registry.
 
 pub mod affinity;
+mod cputime;
 pub mod harness;
 pub mod plan;
 pub mod plot;

@@ -43,6 +43,10 @@ pub struct RunResult {
     pub seconds: u64,
     pub ops_per_sec: f64,
     pub per_second: Vec<Sample>,
+    /// Share of the measured wall time the workers were on a CPU (not in
+    /// the JSON, whose schema is fixed; shown in the summary table).
+    #[serde(skip)]
+    pub cpu_util: Option<f64>,
 }
 
 /// The mean of the seconds' totals (0 when there are none).
@@ -95,8 +99,25 @@ pub fn si(v: f64) -> String {
     format!("{:.2}{suffix}", v / div)
 }
 
+/// The mean over the measured seconds of the slowest thread's count: with
+/// ops/s per thread it shows whether threads shared the work fairly (a
+/// starved thread, or a thread that lost its CPU to another process).
+pub fn mean_min(samples: &[Sample]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    Some(samples.iter().map(|s| s.min as f64).sum::<f64>() / samples.len() as f64)
+}
+
+const COLUMNS: usize = 9;
+
 /// The summary table of the runs of one workload. `base_variant` is the
 /// variant ratios are taken against (the first one that was run).
+///
+/// Besides the ratios: `min/thread` is the slowest thread's mean ops/s
+/// (fairness), `cpu` the share of the measured time the workers were
+/// actually on a CPU (below ~95% the machine was busy with something else
+/// and the numbers are suspect).
 pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> String {
     let header = [
         "target".to_string(),
@@ -104,10 +125,12 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
         "threads".to_string(),
         "ops/s".to_string(),
         "ops/s/thread".to_string(),
+        "min/thread".to_string(),
+        "cpu".to_string(),
         "scaling".to_string(),
         format!("vs {base_variant}"),
     ];
-    let mut rows: Vec<[String; 7]> = vec![header];
+    let mut rows: Vec<[String; COLUMNS]> = vec![header];
     for r in runs {
         let per_thread = r.ops_per_sec / r.threads.max(1) as f64;
         let fmt_x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
@@ -117,11 +140,14 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
             r.threads.to_string(),
             si(r.ops_per_sec),
             si(per_thread),
+            mean_min(&r.per_second).map_or("-".to_string(), si),
+            r.cpu_util
+                .map_or("-".to_string(), |u| format!("{:.0}%", u * 100.0)),
             fmt_x(scaling(runs, r)),
             fmt_x(ratio_vs(runs, r, base_variant)),
         ]);
     }
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; COLUMNS];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
@@ -198,6 +224,7 @@ mod tests {
             seconds: 1,
             ops_per_sec: ops,
             per_second: vec![],
+            cpu_util: None,
         }
     }
 
@@ -224,6 +251,14 @@ mod tests {
         };
         assert_eq!(mean_total(&[s(10), s(20), s(60)]), 30.0);
         assert_eq!(mean_total(&[]), 0.0);
+        assert_eq!(mean_min(&[s(1), s(2)]), Some(0.0));
+        let m = |min| Sample {
+            min,
+            max: 0,
+            total: 0,
+        };
+        assert_eq!(mean_min(&[m(4), m(8)]), Some(6.0));
+        assert_eq!(mean_min(&[]), None);
     }
 
     #[test]
@@ -258,7 +293,8 @@ mod tests {
 
     #[test]
     fn table_has_one_row_per_run_and_the_ratios() {
-        let runs = vec![run("a", 1, 1000.0), run("b", 1, 500.0)];
+        let mut runs = vec![run("a", 1, 1000.0), run("b", 1, 500.0)];
+        runs[1].cpu_util = Some(0.5);
         let t = summary_table("w", &runs, "a");
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "== w ==");
@@ -266,6 +302,8 @@ mod tests {
         assert_eq!(lines.len(), 5);
         assert!(lines[4].contains("500.00"));
         assert!(lines[4].ends_with("0.50x"));
+        assert!(lines[4].contains(" 50% "), "{t}");
+        assert!(lines[3].contains(" - "), "{t}");
     }
 
     #[test]

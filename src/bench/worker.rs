@@ -24,6 +24,9 @@ pub(crate) struct Slot {
     pub(crate) elapsed_ns: AtomicU64,
     /// The loop ended (limit reached or stopped).
     pub(crate) done: AtomicBool,
+    /// The worker thread's pthread handle (0: never reached its loop), for
+    /// reading its CPU clock.
+    pub(crate) thread: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 256);
@@ -209,6 +212,10 @@ impl<'a> Worker<'a> {
     #[inline(never)]
     fn start(&mut self) -> Instant {
         self.arrived = true;
+        // Relaxed: published by `arrive`'s Release.
+        self.shared.slots[self.index]
+            .thread
+            .store(super::cputime::current_thread(), Ordering::Relaxed);
         self.shared.gate.arrive();
         self.shared.gate.wait_go()
     }
