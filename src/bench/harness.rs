@@ -540,6 +540,49 @@ mod tests {
         }
     }
 
+    struct Iterated;
+    impl Workload for Iterated {
+        fn name(&self) -> &'static str {
+            "iterated"
+        }
+        fn about(&self) -> &'static str {
+            "fixed iteration count"
+        }
+        fn variants(&self) -> &'static [&'static str] {
+            &["v"]
+        }
+        fn driver(&self) -> Driver {
+            Driver::Iterations
+        }
+        fn prepare(&self, _: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
+            Ok(Box::new(counting()))
+        }
+    }
+
+    #[test]
+    fn iterations_driver_runs_single_then_concurrent() {
+        let opts = Options {
+            iterations: 5000,
+            ..Options::default()
+        };
+        let spec = CaseSpec {
+            target: "lib",
+            variant: "v",
+            threads: 2,
+            options: &opts,
+        };
+        let timing = Timing {
+            warmup: Duration::ZERO,
+            seconds: 1,
+        };
+        let out = run_case(&Iterated, &spec, timing, &allowed_cpus(), &Progress::new(0));
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let r = out.result.unwrap();
+        assert_eq!((r.threads, r.seconds), (2, r.per_second.len() as u64));
+        assert!(r.ops_per_sec > 0.0);
+        assert!(r.cpu_util.is_none());
+    }
+
     #[test]
     fn a_case_that_cannot_be_prepared_is_reported() {
         let opts = Options::default();

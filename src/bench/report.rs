@@ -174,8 +174,23 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
     }
+    let starved = runs
+        .iter()
+        .filter(|r| r.cpu_util.is_some_and(|u| u < STARVED))
+        .count();
+    if starved > 0 {
+        let _ = writeln!(
+            out,
+            "note: {starved} run(s) had their CPUs less than {:.0}% of the time (cpu): \
+             another process competed, so those numbers measure the machine's load too",
+            STARVED * 100.0
+        );
+    }
     out
 }
+
+/// Below this CPU share a run is flagged as disturbed.
+const STARVED: f64 = 0.9;
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
@@ -299,11 +314,12 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "== w ==");
         assert!(lines[1].contains("vs a"));
-        assert_eq!(lines.len(), 5);
+        assert_eq!(lines.len(), 6);
         assert!(lines[4].contains("500.00"));
         assert!(lines[4].ends_with("0.50x"));
         assert!(lines[4].contains(" 50% "), "{t}");
         assert!(lines[3].contains(" - "), "{t}");
+        assert!(lines[5].starts_with("note: 1 run(s)"), "{t}");
     }
 
     #[test]
