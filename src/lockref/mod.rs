@@ -222,13 +222,8 @@ impl<P: Policy> LockRef<P> {
 
     /// Increment unless the count is <= 0.
     pub fn get_not_zero(&self) -> bool {
-        if let Some(r) = self.cmpxchg_loop(|c| {
-            if c <= 0 {
-                Err(false)
-            } else {
-                Ok((c + 1, true))
-            }
-        }) {
+        if let Some(r) = self.cmpxchg_loop(|c| if c <= 0 { Err(false) } else { Ok((c + 1, true)) })
+        {
             return r;
         }
         let mut g = self.lock();
@@ -242,7 +237,8 @@ impl<P: Policy> LockRef<P> {
 
     /// Increment unless dead (count < 0).
     pub fn get_not_dead(&self) -> bool {
-        if let Some(r) = self.cmpxchg_loop(|c| if c < 0 { Err(false) } else { Ok((c + 1, true)) }) {
+        if let Some(r) = self.cmpxchg_loop(|c| if c < 0 { Err(false) } else { Ok((c + 1, true)) })
+        {
             return r;
         }
         let mut g = self.lock();
@@ -266,13 +262,8 @@ impl<P: Policy> LockRef<P> {
     /// *with the lock held* (the caller releases it: `unlock` or a guard from
     /// `assume_locked`).
     pub fn put_or_lock(&self) -> bool {
-        if let Some(r) = self.cmpxchg_loop(|c| {
-            if c <= 1 {
-                Err(false)
-            } else {
-                Ok((c - 1, true))
-            }
-        }) {
+        if let Some(r) = self.cmpxchg_loop(|c| if c <= 1 { Err(false) } else { Ok((c - 1, true)) })
+        {
             if r {
                 return true;
             }
