@@ -132,6 +132,12 @@ impl TypeLayout {
         v
     }
 
+    /// The same layout with `fields` as its write-hot fields.
+    pub fn with_hot(mut self, fields: &[&'static str]) -> Self {
+        self.hot = fields.to_vec();
+        self
+    }
+
     pub fn field(&self, name: &str) -> Option<&FieldLayout> {
         self.fields.iter().find(|f| f.name == name)
     }
@@ -249,9 +255,13 @@ impl TypeLayout {
 
 /// Every type `dcache layout` prints. Register one with one line:
 /// `crate::type_layout!(Type { field, .. } hot { field })`, or a
-/// `Type::layout()` written with it in the type's own module.
+/// `layout()` written with it in the type's own module (private fields are
+/// reachable there), plus `.with_hot(&[..])`.
 pub fn registry() -> Vec<TypeLayout> {
-    vec![crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 })]
+    vec![
+        crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
+        crate::dentry::layout().with_hot(&["d_lockref"]),
+    ]
 }
 
 #[cfg(test)]

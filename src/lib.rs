@@ -14,10 +14,17 @@ pub mod bench;
 pub mod cache_aligned;
 #[cfg(not(loom))]
 pub mod cli;
+pub mod dentry;
 pub mod errno;
 pub mod fs;
+pub mod inode;
 pub mod layout;
 pub mod lockref;
+pub mod rcu;
+pub mod seqcount;
 pub mod sync;
+mod table;
+pub mod vfs;
 
 pub use errno::{Errno, Result};
+pub use vfs::{At, Config, DentryRef, OpenFile, StatMode, Vfs};

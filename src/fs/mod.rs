@@ -9,6 +9,7 @@
 //! Every method returns the POSIX errno a local filesystem would give.
 
 pub mod memfs;
+pub mod passthrough;
 
 use crate::errno::{Errno, Result};
 
@@ -347,10 +348,13 @@ pub trait FileSystem: Send + Sync + 'static {
         })
     }
 
-    /// The dcache holds no more references to `ino` (its last cached dentry
-    /// was freed). Backends that keep per-inode resources (open fds) drop
-    /// them here.
-    fn forget(&self, _ino: Ino) {}
+    /// The dcache dropped its inode for `ino` (its last cached dentry was
+    /// freed). `nlookup` is how many successful replies to lookup, create,
+    /// mknod, mkdir, symlink and link handed `ino` to that inode object —
+    /// FUSE's counted forget, so a lookup that races the forget keeps its
+    /// own count. Backends that keep per-inode resources (open fds) release
+    /// them when their count reaches zero.
+    fn forget(&self, _ino: Ino, _nlookup: u64) {}
 
     /// Whether cached entries of this backend can go stale underneath the
     /// dcache, so `revalidate` must be asked on every use. Read once when the

@@ -1,1 +1,0 @@
-//! memfs: an in-memory backend (filled in by the memfs work item).

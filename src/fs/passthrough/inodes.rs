@@ -1,0 +1,239 @@
+//! The inode table: host `(st_dev, st_ino)` <-> our `Ino`, each entry holding
+//! the O_PATH fd that names the host object.
+//!
+//! One `RwLock` guards both maps, held only for hash-map work: every syscall
+//! (the openat and fstat of a lookup, the close of a dropped fd) happens
+//! outside it. Readers clone the entry's `Arc`, so an fd stays open while an
+//! operation uses it even if `forget` removes the entry meanwhile.
+//! (`std::sync::RwLock` directly: this is a blocking table, not lock-free
+//! code, and the `sync` facade has no reader-writer lock.)
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::sys::{self, HostKey};
+use crate::errno::{Errno, Result};
+use crate::fs::{FileType, Ino};
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// Our inode number for the served directory.
+pub const ROOT_INO: Ino = 1;
+
+/// What the backend knows about one host inode.
+pub(crate) struct Inode {
+    fd: OwnedFd,
+    pub(crate) key: HostKey,
+    /// Fixed for the inode's life (the held fd pins the host inode, so its
+    /// `(dev, ino)` cannot be reused for an object of another type).
+    pub(crate) kind: FileType,
+    /// How many replies handed this inode out (lookup, create, link...).
+    nlookup: AtomicU64,
+    /// ctime and mtime (signed ns) of the last `Attr` handed out for it;
+    /// revalidation compares the host's against these.
+    ctime_ns: AtomicU64,
+    mtime_ns: AtomicU64,
+}
+
+impl Inode {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Remember the times of an `Attr` being handed out.
+    pub(crate) fn record_times(&self, st: &libc::stat) {
+        let (c, m) = sys::change_times(st);
+        // Relaxed: each value is a standalone hint compared on its own; no
+        // other memory is published through it, and a stale read only turns a
+        // revalidation into a spurious Invalid (a refetch), never a missed one
+        // for a change made after the store.
+        self.ctime_ns.store(c as u64, Ordering::Relaxed);
+        self.mtime_ns.store(m as u64, Ordering::Relaxed);
+    }
+
+    /// Whether the host's ctime/mtime still equal the recorded ones.
+    pub(crate) fn times_match(&self, st: &libc::stat) -> bool {
+        let (c, m) = sys::change_times(st);
+        // Relaxed: see `record_times`.
+        self.ctime_ns.load(Ordering::Relaxed) == c as u64
+            && self.mtime_ns.load(Ordering::Relaxed) == m as u64
+    }
+
+    fn add_lookup(&self) {
+        // Relaxed: a plain statistic; nothing is ordered by it.
+        self.nlookup.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct Maps {
+    by_ino: HashMap<Ino, Arc<Inode>>,
+    by_key: HashMap<HostKey, Ino>,
+}
+
+pub(crate) struct InodeTable {
+    maps: RwLock<Maps>,
+    next_ino: AtomicU64,
+}
+
+impl InodeTable {
+    pub(crate) fn new(root_fd: OwnedFd, root_st: &libc::stat) -> Result<InodeTable> {
+        let root = Inode {
+            fd: root_fd,
+            key: sys::host_key(root_st),
+            kind: sys::kind_of(root_st)?,
+            nlookup: AtomicU64::new(1),
+            ctime_ns: AtomicU64::new(0),
+            mtime_ns: AtomicU64::new(0),
+        };
+        root.record_times(root_st);
+        let mut maps = Maps {
+            by_ino: HashMap::new(),
+            by_key: HashMap::new(),
+        };
+        maps.by_key.insert(root.key, ROOT_INO);
+        maps.by_ino.insert(ROOT_INO, Arc::new(root));
+        Ok(InodeTable {
+            maps: RwLock::new(maps),
+            next_ino: AtomicU64::new(ROOT_INO + 1),
+        })
+    }
+
+    // A panic cannot happen while the lock is held (only hash-map calls run
+    // under it), so a poisoned lock still guards consistent maps.
+    fn read(&self) -> RwLockReadGuard<'_, Maps> {
+        self.maps.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Maps> {
+        self.maps.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The entry for `ino`; ESTALE for one never handed out or forgotten.
+    pub(crate) fn get(&self, ino: Ino) -> Result<Arc<Inode>> {
+        self.read().by_ino.get(&ino).cloned().ok_or(Errno::ESTALE)
+    }
+
+    /// Our number for a host inode, if we hold it.
+    pub(crate) fn ino_of(&self, key: HostKey) -> Option<Ino> {
+        self.read().by_key.get(&key).copied()
+    }
+
+    /// The held entry for a host inode, counting one lookup, if there is one.
+    pub(crate) fn hit(&self, key: HostKey) -> Option<(Ino, Arc<Inode>)> {
+        let maps = self.read();
+        let ino = *maps.by_key.get(&key)?;
+        let inode = maps.by_ino.get(&ino)?.clone();
+        inode.add_lookup();
+        Some((ino, inode))
+    }
+
+    /// Hand out the host object `fd` (whose stat is `st`): the existing
+    /// number if the host inode is already known (a hard link or a repeated
+    /// lookup; `fd` is then closed), else a fresh one holding `fd`. Counts
+    /// one lookup either way.
+    pub(crate) fn register(&self, fd: OwnedFd, st: &libc::stat) -> Result<(Ino, Arc<Inode>)> {
+        let key = sys::host_key(st);
+        if let Some(found) = self.hit(key) {
+            drop(fd);
+            return Ok(found);
+        }
+        let kind = sys::kind_of(st)?;
+        let fresh = Arc::new(Inode {
+            fd,
+            key,
+            kind,
+            nlookup: AtomicU64::new(1),
+            ctime_ns: AtomicU64::new(0),
+            mtime_ns: AtomicU64::new(0),
+        });
+        // Relaxed: the counter only has to hand out distinct numbers; the
+        // number is published to other threads through the map's lock.
+        let candidate = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let raced = {
+            let mut maps = self.write();
+            // Another lookup of the same host inode may have won the race.
+            let winner = maps
+                .by_key
+                .get(&key)
+                .and_then(|ino| maps.by_ino.get(ino).map(|i| (*ino, i.clone())));
+            match winner {
+                Some(w) => {
+                    // Counted under the lock, so a forget cannot slip in
+                    // between and drop the entry we are handing out.
+                    w.1.add_lookup();
+                    Err(w)
+                }
+                None => {
+                    maps.by_key.insert(key, candidate);
+                    maps.by_ino.insert(candidate, fresh.clone());
+                    Ok(())
+                }
+            }
+        };
+        match raced {
+            Ok(()) => Ok((candidate, fresh)),
+            Err((ino, inode)) => {
+                // `fresh` (and its fd) is closed here, outside the lock.
+                drop(fresh);
+                Ok((ino, inode))
+            }
+        }
+    }
+
+    /// Count one more reply handing out an inode that is already held.
+    pub(crate) fn add_lookup(&self, inode: &Inode) {
+        // Under the shared lock, ordered against a counted forget.
+        let _maps = self.read();
+        inode.add_lookup();
+    }
+
+    /// Drop `nlookup` of the references that replies handed out for `ino`
+    /// (FUSE's counted forget); at zero the entry goes and its fd closes once
+    /// no operation still uses it. A lookup that raced the forget already
+    /// added its own count, so it keeps the entry alive. The root and
+    /// unknown numbers are ignored.
+    pub(crate) fn forget(&self, ino: Ino, nlookup: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let removed = {
+            let mut maps = self.write();
+            let Some(inode) = maps.by_ino.get(&ino) else {
+                return;
+            };
+            // Relaxed: every change to nlookup of a mapped inode happens
+            // under this map's lock (shared for lookups, exclusive here).
+            let left = inode
+                .nlookup
+                .load(Ordering::Relaxed)
+                .saturating_sub(nlookup);
+            inode.nlookup.store(left, Ordering::Relaxed);
+            if left > 0 {
+                return;
+            }
+            let removed = maps.by_ino.remove(&ino);
+            if let Some(inode) = &removed {
+                if maps.by_key.get(&inode.key) == Some(&ino) {
+                    maps.by_key.remove(&inode.key);
+                }
+            }
+            removed
+        };
+        // The close (when this was the last Arc) happens outside the lock.
+        drop(removed);
+    }
+
+    /// How many inodes are held, the root included.
+    pub(crate) fn len(&self) -> usize {
+        self.read().by_ino.len()
+    }
+
+    /// How many replies handed `ino` out since it was first looked up.
+    pub(crate) fn lookup_count(&self, ino: Ino) -> Option<u64> {
+        self.read()
+            .by_ino
+            .get(&ino)
+            // Relaxed: a statistic read for reporting.
+            .map(|i| i.nlookup.load(Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,142 @@
+//! Read-side critical sections and deferred freeing: the "RCU" of dcache.
+//!
+//! dcache does not hand-write its reclamation; it wraps a crate. Both
+//! candidates are built in so one benchmark run compares them
+//! (`dcache bench stat-same --variant reffree,epoch`):
+//!
+//! - [`Reclaim::Seize`] (the default): `seize` 0.5. Entering is a store to a
+//!   per-thread slot plus a compiler fence (the retiring side pays a
+//!   `membarrier` syscall instead of the reader paying a fence); leaving is one
+//!   atomic swap on that per-thread slot. Memory held by a stalled reader is
+//!   bounded. Each `Vfs` owns its collector, so dropping a `Vfs` frees every
+//!   retired dentry at once (our leak tests rely on it).
+//! - [`Reclaim::Epoch`]: `crossbeam-epoch` 0.9 with its global collector. The
+//!   first pin executes a SeqCst fence (`lock`-prefixed RMW on x86); garbage
+//!   of a dropped `Vfs` is freed whenever the global epoch advances.
+//!
+//! Why seize is the default: see the measured figures in README.md ("Choosing
+//! the reclamation crate"); in short the reader side of a 4-component stat is
+//! cheaper without the fence, and a per-instance collector gives exact frees.
+
+use crossbeam_epoch as epoch;
+use seize::Guard as _;
+
+/// Which reclamation crate a `Vfs` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reclaim {
+    #[default]
+    Seize,
+    Epoch,
+}
+
+pub(crate) struct Rcu {
+    kind: Reclaim,
+    collector: seize::Collector,
+}
+
+/// A read-side critical section: pointers loaded through an [`Rcu`] while a
+/// guard lives stay valid until it is dropped.
+pub(crate) enum RcuGuard<'a> {
+    Seize(seize::LocalGuard<'a>),
+    Epoch(epoch::Guard),
+}
+
+/// A type-erased pointer + free function, so one retire path serves every
+/// kind of object dcache frees late.
+struct Retired {
+    ptr: *mut u8,
+    free: unsafe fn(*mut u8),
+}
+
+// SAFETY: a Retired is only a pointer to an object that no thread can reach
+// any more; whichever thread runs `free` owns it exclusively.
+unsafe impl Send for Retired {}
+
+impl Rcu {
+    pub(crate) fn new(kind: Reclaim) -> Rcu {
+        Rcu {
+            kind,
+            collector: seize::Collector::new(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Reclaim {
+        self.kind
+    }
+
+    #[inline(always)]
+    pub(crate) fn read_lock(&self) -> RcuGuard<'_> {
+        match self.kind {
+            Reclaim::Seize => RcuGuard::Seize(self.collector.enter()),
+            Reclaim::Epoch => RcuGuard::Epoch(epoch::pin()),
+        }
+    }
+
+    /// Free `ptr` with `free` once every read section that might still see
+    /// it has ended.
+    ///
+    /// # Safety
+    /// `ptr` must already be unreachable for readers that start from now on,
+    /// must not be retired twice, and `free(ptr)` must be a valid way to free
+    /// it once no reader holds it.
+    pub(crate) unsafe fn retire(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+        let r = Box::into_raw(Box::new(Retired { ptr, free }));
+        match self.kind {
+            Reclaim::Seize => {
+                unsafe fn run(r: *mut Retired, _c: &seize::Collector) {
+                    // SAFETY: seize calls this once, after the grace period,
+                    // with the pointer we gave it (a leaked Box<Retired>).
+                    let r = unsafe { Box::from_raw(r) };
+                    // SAFETY: the caller of `retire` promised `free` fits.
+                    unsafe { (r.free)(r.ptr) };
+                }
+                // SAFETY: forwarded from our caller; `run` frees `r` as a Box.
+                unsafe { self.collector.retire(r, run) };
+            }
+            Reclaim::Epoch => {
+                let r = RetiredBox(r);
+                let g = epoch::pin();
+                // SAFETY: forwarded from our caller; the closure owns `r`.
+                unsafe {
+                    g.defer_unchecked(move || {
+                        let r = r;
+                        let r = Box::from_raw(r.0);
+                        (r.free)(r.ptr);
+                    })
+                };
+                g.flush();
+            }
+        }
+    }
+
+    /// Free everything retired so far, now.
+    ///
+    /// # Safety
+    /// No thread may be inside a read section of this `Rcu` or hold a pointer
+    /// it loaded in one (the `Vfs` calls this from `Drop`, with `&mut self`).
+    pub(crate) unsafe fn barrier_all(&mut self) {
+        // SAFETY: exclusivity promised by the caller.
+        unsafe { self.collector.reclaim_all() };
+        if self.kind == Reclaim::Epoch {
+            // crossbeam-epoch's global collector cannot be drained on
+            // demand; pinning and flushing a few times lets it advance.
+            for _ in 0..4 {
+                epoch::pin().flush();
+            }
+        }
+    }
+}
+
+struct RetiredBox(*mut Retired);
+// SAFETY: see `Retired`.
+unsafe impl Send for RetiredBox {}
+
+impl RcuGuard<'_> {
+    /// Let the collector reclaim what this thread retired (seize batches).
+    pub(crate) fn flush(&self) {
+        match self {
+            RcuGuard::Seize(g) => g.flush(),
+            RcuGuard::Epoch(g) => g.flush(),
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The dentry hash table: (parent, name) -> dentry.
+//!
+//! Buckets are singly linked chains whose head pointer carries a lock in its
+//! low bit (Linux's `hlist_bl`): writers set the bit to serialise changes to
+//! one chain, readers ignore it and walk with plain loads inside an RCU read
+//! section — no lock, no reference count, no allocation, no store.
+//!
+//! Removal unlinks a dentry but leaves its own `next` pointer intact, so a
+//! reader standing on it still reaches the rest of the chain; the memory is
+//! freed only after a grace period. A dentry that a rename moves to another
+//! chain can make a concurrent reader miss an entry; the walk detects that
+//! with the global rename sequence count and retries (see `vfs::walk`).
+//!
+//! The table is sized once from a capacity (`Config::capacity`), so readers
+//! never meet a resize.
+
+use crate::dentry::{hash_len, Dentry, D_KILLED};
+use crate::sync::{spin_hint, yield_now, AtomicPtr, Ordering};
+
+const LOCK_BIT: usize = 1;
+
+pub(crate) struct Table {
+    buckets: Box<[AtomicPtr<Dentry>]>,
+    mask: usize,
+}
+
+/// What a lockless lookup found.
+pub(crate) enum RcuHit {
+    /// A dentry with a matching parent and name; `seq` is its d_seq sampled
+    /// before the comparison (the caller re-validates it).
+    Found(*mut Dentry, u32),
+    /// No matching entry on the chain.
+    Missing,
+    /// A matching entry is mid-change (odd d_seq): the caller must fall back.
+    Busy,
+}
+
+#[inline(always)]
+fn untag(p: *mut Dentry) -> *mut Dentry {
+    (p as usize & !LOCK_BIT) as *mut Dentry
+}
+
+impl Table {
+    pub(crate) fn with_capacity(capacity: usize) -> Table {
+        let n = capacity.clamp(16, 1 << 26).next_power_of_two();
+        Table {
+            buckets: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            mask: n - 1,
+        }
+    }
+
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    #[inline(always)]
+    fn bucket(&self, parent: *const Dentry, hash: u32) -> &AtomicPtr<Dentry> {
+        // Mix the parent's address with the name hash: the same name in many
+        // directories ("Makefile", "index") must not share one chain.
+        let p = (parent as usize as u64) >> 6;
+        let h = (p ^ (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        &self.buckets[(h >> 32) as usize & self.mask]
+    }
+
+    /// Lockless lookup. Must run inside an RCU read section; every pointer
+    /// returned is valid until that section ends.
+    #[inline]
+    pub(crate) fn lookup_rcu(&self, parent: *const Dentry, name: &[u8], hash: u32) -> RcuHit {
+        let want = hash_len(hash, name.len());
+        // SeqCst: RCU-protected pointer loads (required by seize; a plain
+        // load on x86).
+        let mut p = untag(self.bucket(parent, hash).load(Ordering::SeqCst));
+        while !p.is_null() {
+            // SAFETY: p was reached from the table inside a read section; a
+            // removed dentry is freed only after the section ends.
+            let d = unsafe { &*p };
+            // Cheap rejects first, without touching d_seq.
+            // Relaxed: validated by the d_seq sample below and by the caller.
+            if d.d_hash_len.load(Ordering::Relaxed) == want
+                && d.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+            {
+                let seq = d.d_seq.raw_begin();
+                if seq & 1 != 0 {
+                    return RcuHit::Busy;
+                }
+                if d.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+                    && d.d_hash_len.load(Ordering::Relaxed) == want
+                    && d.name_eq(name)
+                {
+                    return RcuHit::Found(p, seq);
+                }
+            }
+            p = d.d_hash_next.load(Ordering::SeqCst);
+        }
+        RcuHit::Missing
+    }
+
+    fn lock_bucket(&self, b: &AtomicPtr<Dentry>) -> *mut Dentry {
+        let mut spins = 0u32;
+        loop {
+            // Relaxed read; the CAS below acquires.
+            let cur = b.load(Ordering::Relaxed);
+            if cur as usize & LOCK_BIT == 0 {
+                let locked = (cur as usize | LOCK_BIT) as *mut Dentry;
+                // Acquire: see the chain as the previous writer left it.
+                if b.compare_exchange_weak(cur, locked, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return cur;
+                }
+                continue;
+            }
+            spins += 1;
+            if spins < 64 {
+                spin_hint();
+            } else {
+                spins = 0;
+                yield_now();
+            }
+        }
+    }
+
+    fn unlock_bucket(&self, b: &AtomicPtr<Dentry>, head: *mut Dentry) {
+        // Release: our chain edits (and a new dentry's fields) are visible
+        // to readers that load the new head, and to the next writer.
+        b.store(untag(head), Ordering::Release);
+    }
+
+    /// Insert `d` unless a live entry with the same parent and name exists;
+    /// returns that entry instead (the caller tries to reference it; it may
+    /// be dying, in which case the caller retries).
+    pub(crate) fn insert_unique(
+        &self,
+        d: *mut Dentry,
+        name: &[u8],
+        hash: u32,
+    ) -> Option<*mut Dentry> {
+        // SAFETY: the caller owns a reference to d.
+        let dr = unsafe { &*d };
+        let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
+        let b = self.bucket(parent, hash);
+        let head = self.lock_bucket(b);
+        let want = hash_len(hash, name.len());
+        let mut p = head;
+        while !p.is_null() {
+            // SAFETY: chain members are live while we hold the bucket lock
+            // (removal needs the lock; freeing waits for a grace period).
+            let e = unsafe { &*p };
+            if e.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+                && e.d_hash_len.load(Ordering::Relaxed) == want
+                && e.flags() & D_KILLED == 0
+                && e.name_eq(name)
+            {
+                self.unlock_bucket(b, head);
+                return Some(p);
+            }
+            p = e.d_hash_next.load(Ordering::Relaxed);
+        }
+        // Relaxed: published by the Release in unlock_bucket.
+        dr.d_hash_next.store(head, Ordering::Relaxed);
+        self.unlock_bucket(b, d);
+        None
+    }
+
+    /// Insert without a duplicate check (rename re-hashing a dentry whose
+    /// target name the caller already cleared).
+    pub(crate) fn insert(&self, d: *mut Dentry) {
+        // SAFETY: the caller owns a reference to d.
+        let dr = unsafe { &*d };
+        let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
+        let hash = (dr.d_hash_len.load(Ordering::Relaxed) >> 32) as u32;
+        let b = self.bucket(parent, hash);
+        let head = self.lock_bucket(b);
+        // Relaxed: published by the Release in unlock_bucket.
+        dr.d_hash_next.store(head, Ordering::Relaxed);
+        self.unlock_bucket(b, d);
+    }
+
+    /// Unlink `d` from its chain (found from its current parent and hash).
+    /// Its own `next` stays intact for readers standing on it.
+    pub(crate) fn remove(&self, d: *mut Dentry) {
+        // SAFETY: the caller owns a reference to d or holds its d_lock.
+        let dr = unsafe { &*d };
+        let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
+        let hash = (dr.d_hash_len.load(Ordering::Relaxed) >> 32) as u32;
+        let b = self.bucket(parent, hash);
+        let head = self.lock_bucket(b);
+        let next = dr.d_hash_next.load(Ordering::Relaxed);
+        if head == d {
+            self.unlock_bucket(b, next);
+            return;
+        }
+        let mut p = head;
+        while !p.is_null() {
+            // SAFETY: chain members are live while we hold the bucket lock.
+            let e = unsafe { &*p };
+            let n = e.d_hash_next.load(Ordering::Relaxed);
+            if n == d {
+                // Release: a reader that follows e's next sees d's successor
+                // fully initialised.
+                e.d_hash_next.store(next, Ordering::Release);
+                break;
+            }
+            p = n;
+        }
+        self.unlock_bucket(b, head);
+    }
+
+    /// Every dentry in the table (for teardown, with exclusive access).
+    pub(crate) fn drain_all(&mut self) -> Vec<*mut Dentry> {
+        let mut out = Vec::new();
+        for b in self.buckets.iter() {
+            let mut p = untag(b.load(Ordering::Relaxed));
+            b.store(std::ptr::null_mut(), Ordering::Relaxed);
+            while !p.is_null() {
+                out.push(p);
+                // SAFETY: exclusive access; nothing has been freed yet.
+                p = unsafe { &*p }.d_hash_next.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,491 @@
+//! Dentry lifetime: allocation, instantiation, `dput`, kill, the LRU of
+//! unused dentries and the shrinker, inode sharing, and teardown.
+//!
+//! A cached dentry with no users has count 0 and stays hashed; it sits on an
+//! LRU list (lazily: it is put there by the `dput` that dropped it to 0 and
+//! stays listed while reused, like Linux). A listed dentry is *owned* by the
+//! list: whoever kills it leaves the memory to the shrinker, which frees it
+//! when it pops the entry. Memory is always freed through RCU, after every
+//! lockless walker that might stand on it has left its read section.
+
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering as StdOrdering;
+
+use super::Super;
+use crate::dentry::{
+    name_hash, Dentry, D_HASHED, D_KILLED, D_LRU_LIST, D_NEG_COUNTED, D_REFERENCED, D_ROOT,
+};
+use crate::fs::Attr;
+use crate::inode::Inode;
+use crate::lockref::LockRefGuard;
+use crate::sync::Ordering;
+
+/// The unused-dentry lists: negative entries are reclaimed first.
+#[derive(Default)]
+pub(crate) struct Lru {
+    negative: VecDeque<NonNull<Dentry>>,
+    positive: VecDeque<NonNull<Dentry>>,
+}
+
+// SAFETY: the list only stores pointers; the dentries are Sync and ownership
+// of a listed dentry's memory moves with the D_LRU_LIST flag under d_lock.
+unsafe impl Send for Lru {}
+
+#[inline(always)]
+pub(crate) fn sb_of(d: &Dentry) -> &Super {
+    // SAFETY: every dentry's d_sb points to the Super of the Vfs that owns
+    // it, and the Super outlives all its dentries (teardown frees them first).
+    unsafe { &*d.d_sb }
+}
+
+/// Allocate the root dentry (count 1, held by the Vfs until teardown).
+pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
+    let d = Box::into_raw(Dentry::new(sb, std::ptr::null_mut(), b"/", name_hash(b"/")));
+    // SAFETY: freshly allocated, not shared yet.
+    let dr = unsafe { &*d };
+    // The root is its own parent, so `..` at the root stays there.
+    dr.d_parent.store(d, Ordering::Relaxed);
+    dr.set_flags(D_ROOT);
+    let s = sb_of(dr);
+    s.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
+    s.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
+    let inode = iget(s, attr);
+    dr.d_inode.store(inode, Ordering::Relaxed);
+    d
+}
+
+/// Allocate a child of `parent` (which the caller holds a reference on),
+/// bound to `attr` (`None`: negative), and hash it. If another thread hashed
+/// the same name first, ours is discarded and theirs is returned. The result
+/// carries one reference for the caller.
+pub(crate) fn d_alloc_hashed(
+    sb: &Super,
+    parent: *mut Dentry,
+    name: &[u8],
+    attr: Option<&Attr>,
+    cookie: u64,
+) -> *mut Dentry {
+    let hash = name_hash(name);
+    loop {
+        let d = Box::into_raw(Dentry::new(sb, parent, name, hash));
+        // SAFETY: freshly allocated.
+        let dr = unsafe { &*d };
+        dr.d_time.store(cookie, Ordering::Relaxed);
+        sb.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
+        sb.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
+        if let Some(a) = attr {
+            dr.d_inode.store(iget(sb, a), Ordering::Relaxed);
+        }
+        // The child pins its parent.
+        // SAFETY: the caller holds a reference on parent.
+        let pr = unsafe { &*parent };
+        pr.d_lockref.get();
+        pr.d_children.fetch_add(1, Ordering::Relaxed);
+        dr.set_flags(D_HASHED);
+        if attr.is_none() {
+            dr.set_flags(D_NEG_COUNTED);
+            sb.counters.negative.fetch_add(1, StdOrdering::Relaxed);
+        }
+        let g = sb.rcu.read_lock();
+        match sb.table.insert_unique(d, name, hash) {
+            None => return d,
+            Some(existing) => {
+                // Lost the race: undo ours (never published, so free now).
+                dr.clear_flags(D_HASHED);
+                discard_unpublished(sb, d);
+                // SAFETY: `existing` was on the chain inside our read section.
+                let er = unsafe { &*existing };
+                if er.d_lockref.get_not_dead() {
+                    drop(g);
+                    return existing;
+                }
+                // It is dying: it will be unhashed shortly; try again.
+                drop(g);
+                crate::sync::yield_now();
+            }
+        }
+    }
+}
+
+/// Free a dentry that was never reachable by anyone else.
+fn discard_unpublished(sb: &Super, d: *mut Dentry) {
+    // SAFETY: d is ours alone (never hashed).
+    let dr = unsafe { &*d };
+    if dr.flags() & D_NEG_COUNTED != 0 {
+        sb.counters.negative.fetch_sub(1, StdOrdering::Relaxed);
+    }
+    let inode = dr.d_inode.swap(std::ptr::null_mut(), Ordering::Relaxed);
+    if !inode.is_null() {
+        iput(sb, inode);
+    }
+    let parent = dr.d_parent.load(Ordering::Relaxed);
+    // SAFETY: we took a reference on the parent in d_alloc_hashed.
+    unsafe { &*parent }
+        .d_children
+        .fetch_sub(1, Ordering::Relaxed);
+    sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+    sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
+    // SAFETY: never published; plain Box free.
+    drop(unsafe { Box::from_raw(d) });
+    // SAFETY: the reference we took on the parent.
+    unsafe { dput(parent) };
+}
+
+/// The inode object for `attr.ino`, shared by all its dentries; takes one
+/// dentry reference on it. Refreshes the cached attributes.
+pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
+    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&p) = map.get(&attr.ino) {
+        // SAFETY: mapped inodes are live (removed from the map before free).
+        let i = unsafe { p.as_ref() };
+        if i.kind == attr.kind {
+            i.set_attr(attr);
+            i.i_dentries.fetch_add(1, Ordering::Relaxed);
+            i.i_nlookup.fetch_add(1, Ordering::Relaxed);
+            return p.as_ptr();
+        }
+        // The backend reused the number for a different object: the old
+        // inode stays with its old dentries; new ones get a fresh one.
+    }
+    let p = Box::into_raw(Box::new(Inode::new(attr)));
+    // SAFETY: fresh.
+    unsafe { &*p }.i_dentries.store(1, Ordering::Relaxed);
+    // SAFETY: fresh.
+    unsafe { &*p }.i_nlookup.store(1, Ordering::Relaxed);
+    sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
+    // SAFETY: Box::into_raw never returns null.
+    map.insert(attr.ino, unsafe { NonNull::new_unchecked(p) });
+    p
+}
+
+/// Drop one dentry reference on an inode; at zero, unmap it, tell the
+/// backend (`forget`) and free it after a grace period.
+pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
+    // SAFETY: the caller gives up a dentry reference it held.
+    let i = unsafe { &*inode };
+    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    if i.i_dentries.fetch_sub(1, Ordering::Relaxed) != 1 {
+        return;
+    }
+    let mapped = map.get(&i.ino).map(|p| p.as_ptr()) == Some(inode);
+    if mapped {
+        map.remove(&i.ino);
+    }
+    let nlookup = i.i_nlookup.load(Ordering::Relaxed);
+    drop(map);
+    sb.fs.forget(i.ino, nlookup);
+    unsafe fn free_inode(p: *mut u8) {
+        // SAFETY: retired once, after the grace period, as a Box<Inode>.
+        drop(unsafe { Box::from_raw(p as *mut Inode) });
+    }
+    sb.counters.inodes.fetch_sub(1, StdOrdering::Relaxed);
+    // SAFETY: no dentry points to the inode any more and it is unmapped, so
+    // readers that start now cannot reach it; free_inode frees a Box<Inode>.
+    unsafe { sb.rcu.retire(inode as *mut u8, free_inode) };
+}
+
+/// Bind a negative dentry to an inode (create, mkdir, ...). The caller holds
+/// a reference on `d` and the parent's i_rwsem for writing.
+pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
+    let inode = iget(sb, attr);
+    let _g = d.d_lockref.lock();
+    d.d_seq.write_begin();
+    // SeqCst: an RCU-published pointer (readers load it with SeqCst).
+    let old = d.d_inode.swap(inode, Ordering::SeqCst);
+    d.d_seq.write_end();
+    if d.flags() & D_NEG_COUNTED != 0 {
+        d.clear_flags(D_NEG_COUNTED);
+        sb.counters.negative.fetch_sub(1, StdOrdering::Relaxed);
+    }
+    drop(_g);
+    if !old.is_null() {
+        iput(sb, old);
+    }
+}
+
+/// After an unlink/rmdir: if the caller holds the only reference, turn the
+/// dentry negative in place (a cached miss for the next lookup); otherwise
+/// unhash it so other holders keep their inode while new lookups miss.
+pub(crate) fn d_delete(sb: &Super, d: &Dentry) {
+    let g = d.d_lockref.lock();
+    if g.count() == 1 && d.flags() & D_HASHED != 0 {
+        d.d_seq.write_begin();
+        // SeqCst: RCU-published pointer.
+        let old = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        d.d_seq.write_end();
+        if d.flags() & D_NEG_COUNTED == 0 {
+            d.set_flags(D_NEG_COUNTED);
+            sb.counters.negative.fetch_add(1, StdOrdering::Relaxed);
+        }
+        drop(g);
+        if !old.is_null() {
+            iput(sb, old);
+        }
+    } else {
+        unhash_locked(sb, d, &g);
+    }
+}
+
+/// Remove a dentry from the hash so no new lookup finds it (Linux
+/// `d_invalidate`/`__d_drop`). Existing references stay valid.
+pub(crate) fn d_drop(sb: &Super, d: &Dentry) {
+    let g = d.d_lockref.lock();
+    unhash_locked(sb, d, &g);
+}
+
+fn unhash_locked(sb: &Super, d: &Dentry, _g: &LockRefGuard<'_>) {
+    if d.flags() & D_HASHED == 0 {
+        return;
+    }
+    sb.table.remove(d as *const Dentry as *mut Dentry);
+    d.clear_flags(D_HASHED);
+    // Every rcu-walker that sampled d_seq before now will fail its check.
+    d.d_seq.invalidate();
+    if d.flags() & D_NEG_COUNTED != 0 {
+        d.clear_flags(D_NEG_COUNTED);
+        sb.counters.negative.fetch_sub(1, StdOrdering::Relaxed);
+    }
+}
+
+/// Drop a reference (Linux `dput`, with `fast_dput`'s lockless common case).
+///
+/// # Safety
+/// The caller owns one reference to `d`, a dentry of a live Vfs.
+pub(crate) unsafe fn dput(mut d: *mut Dentry) {
+    loop {
+        // SAFETY: we own a reference, so d is alive.
+        let dr = unsafe { &*d };
+        let r = dr.d_lockref.put_return();
+        if r > 0 {
+            return;
+        }
+        if r == 0 {
+            // Dropped to zero without the lock. If it is hashed, listed and
+            // recently used, nothing more to do: the common retain case.
+            let f = dr.flags();
+            if f & (D_HASHED | D_LRU_LIST | D_REFERENCED) == (D_HASHED | D_LRU_LIST | D_REFERENCED)
+            {
+                return;
+            }
+            let g = dr.d_lockref.lock();
+            if g.count() != 0 {
+                // Someone took a reference meanwhile; they own the decision.
+                return;
+            }
+            match retain_or_kill(dr, g) {
+                Some(parent) => d = parent,
+                None => return,
+            }
+            continue;
+        }
+        // The lockless path gave up (lock held or retries ran out).
+        let mut g = dr.d_lockref.lock();
+        if g.count() > 1 {
+            g.set_count(g.count() - 1);
+            return;
+        }
+        g.set_count(0);
+        match retain_or_kill(dr, g) {
+            Some(parent) => d = parent,
+            None => return,
+        }
+    }
+}
+
+/// Count is 0 and we hold the lock: keep the dentry cached (LRU) or kill it
+/// if it is unhashed. Returns the parent whose reference the kill released,
+/// for the caller to put (iteratively, so long chains cannot overflow the
+/// stack).
+fn retain_or_kill(d: &Dentry, g: LockRefGuard<'_>) -> Option<*mut Dentry> {
+    let sb = sb_of(d);
+    if d.flags() & D_ROOT != 0 {
+        return None;
+    }
+    if d.flags() & D_HASHED != 0 {
+        d.set_flags(D_REFERENCED);
+        let mut over = false;
+        if d.flags() & D_LRU_LIST == 0 {
+            d.set_flags(D_LRU_LIST);
+            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: d is not null.
+            let p = unsafe { NonNull::new_unchecked(d as *const Dentry as *mut Dentry) };
+            if d.inode_ptr().is_null() {
+                lru.negative.push_back(p);
+            } else {
+                lru.positive.push_back(p);
+            }
+            let unused = sb.counters.unused.fetch_add(1, StdOrdering::Relaxed) + 1;
+            over = unused > sb.config.max_unused
+                || sb.counters.negative.load(StdOrdering::Relaxed) > sb.config.max_negative;
+        }
+        drop(g);
+        if over {
+            shrink(sb, 64, true);
+        }
+        return None;
+    }
+    Some(kill(sb, d, g))
+}
+
+/// Kill a dentry whose count is 0 and whose lock we hold: mark it dead,
+/// unhash it, drop its inode, and free it (or leave it to the LRU that owns
+/// it). Returns the parent, whose reference the caller must put.
+fn kill(sb: &Super, d: &Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
+    g.mark_dead();
+    unhash_locked(sb, d, &g);
+    d.set_flags(D_KILLED);
+    // Readers validating with d_seq already fail (unhash invalidated it);
+    // clear the inode for everyone else.
+    // SeqCst: RCU-published pointer.
+    let inode = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    let listed = d.flags() & D_LRU_LIST != 0;
+    drop(g);
+    if !inode.is_null() {
+        iput(sb, inode);
+    }
+    let parent = d.d_parent.load(Ordering::Relaxed);
+    // SAFETY: the child's reference keeps the parent alive until we put it.
+    unsafe { &*parent }
+        .d_children
+        .fetch_sub(1, Ordering::Relaxed);
+    if !listed {
+        retire_dentry(sb, d as *const Dentry as *mut Dentry);
+    }
+    parent
+}
+
+fn retire_dentry(sb: &Super, d: *mut Dentry) {
+    unsafe fn free_dentry(p: *mut u8) {
+        let p = p as *mut Dentry;
+        // SAFETY: retired once after a grace period; the Super outlives it.
+        let sb = unsafe { &*(*p).d_sb };
+        sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
+        // SAFETY: allocated as Box<Dentry> and now unreachable.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+    // SAFETY: the dentry is unhashed and killed; no new reader can reach it;
+    // free_dentry frees a Box<Dentry>.
+    unsafe { sb.rcu.retire(d as *mut u8, free_dentry) };
+}
+
+/// Free up to `n` unused dentries, negative first. With `only_over`, stop
+/// once the counts are back under their caps.
+pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
+    let mut freed = 0;
+    let mut budget = n.saturating_mul(2).max(n); // entries examined
+    while freed < n && budget > 0 {
+        budget -= 1;
+        let negatives_over =
+            sb.counters.negative.load(StdOrdering::Relaxed) > sb.config.max_negative;
+        if only_over
+            && !negatives_over
+            && sb.counters.unused.load(StdOrdering::Relaxed) <= sb.config.max_unused
+        {
+            break;
+        }
+        let popped = {
+            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            if only_over && negatives_over && !lru.negative.is_empty() {
+                lru.negative.pop_front()
+            } else {
+                lru.negative
+                    .pop_front()
+                    .or_else(|| lru.positive.pop_front())
+            }
+        };
+        let Some(p) = popped else { break };
+        // SAFETY: a listed dentry is owned by the list (never freed while
+        // D_LRU_LIST is set), so it is alive.
+        let d = unsafe { p.as_ref() };
+        let g = d.d_lockref.lock();
+        d.clear_flags(D_LRU_LIST);
+        sb.counters.unused.fetch_sub(1, StdOrdering::Relaxed);
+        if d.flags() & D_KILLED != 0 {
+            // Killed while listed: its memory was left to us.
+            drop(g);
+            retire_dentry(sb, p.as_ptr());
+            freed += 1;
+            continue;
+        }
+        if g.count() != 0 {
+            // In use again: it leaves the list; its next dput re-lists it.
+            continue;
+        }
+        if d.flags() & D_REFERENCED != 0 && !only_over {
+            // Second chance: recently used entries go to the back once.
+            d.clear_flags(D_REFERENCED);
+            d.set_flags(D_LRU_LIST);
+            sb.counters.unused.fetch_add(1, StdOrdering::Relaxed);
+            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            if d.inode_ptr().is_null() {
+                lru.negative.push_back(p);
+            } else {
+                lru.positive.push_back(p);
+            }
+            continue;
+        }
+        let parent = kill(sb, d, g);
+        freed += 1;
+        // SAFETY: kill handed us the parent reference the child held.
+        unsafe { dput(parent) };
+    }
+    freed
+}
+
+/// Free every dentry and inode of a Vfs being dropped.
+pub(crate) fn teardown(sb: &mut Super) {
+    // Nobody else can hold references (DentryRefs borrow the Vfs), so every
+    // cached dentry is unused or pinned only by its children. Free them all
+    // directly; order does not matter, nothing is dereferenced after.
+    let mut frees = sb.table.drain_all();
+    frees.push(sb.root);
+    {
+        // Killed dentries still on a list are not in the table; the lists
+        // own their memory, so they are freed here too.
+        let mut guard = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+        let lru = &mut *guard;
+        for p in lru.negative.drain(..).chain(lru.positive.drain(..)) {
+            // SAFETY: listed dentries are alive (owned by the list).
+            if unsafe { p.as_ref() }.flags() & D_KILLED != 0 {
+                frees.push(p.as_ptr());
+            }
+        }
+    }
+    let mut inodes = Vec::new();
+    for &d in &frees {
+        // SAFETY: exclusive access during drop.
+        let dr = unsafe { &*d };
+        let i = dr.d_inode.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !i.is_null() {
+            inodes.push(i);
+        }
+    }
+    // SAFETY: no reader exists any more (&mut self on the Vfs).
+    unsafe { sb.rcu.barrier_all() };
+    for d in frees {
+        sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
+        sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
+        // SAFETY: exclusive; each dentry is freed once here.
+        drop(unsafe { Box::from_raw(d) });
+    }
+    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = std::collections::HashSet::new();
+    for i in inodes {
+        if seen.insert(i as usize) {
+            // SAFETY: exclusive; still allocated (only iput frees inodes,
+            // and these still had dentry references).
+            let ino = unsafe { &*i }.ino;
+            if map.get(&ino).map(|p| p.as_ptr()) == Some(i) {
+                map.remove(&ino);
+            }
+            sb.counters.inodes.fetch_sub(1, StdOrdering::Relaxed);
+            // SAFETY: as above; freed once thanks to `seen`.
+            drop(unsafe { Box::from_raw(i) });
+        }
+    }
+    drop(map);
+    sb.counters.negative.store(0, StdOrdering::Relaxed);
+    sb.counters.unused.store(0, StdOrdering::Relaxed);
+}

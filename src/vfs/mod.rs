@@ -1,0 +1,353 @@
+//! `Vfs`: the dentry cache in front of a [`FileSystem`] backend, with
+//! *at-style calls relative to a directory handle or the root.
+//!
+//! - [`walk`]: path resolution — rcu-walk first, ref-walk fallback.
+//! - [`dcache`]: dentry lifetime — allocation, `dput`, kill, LRU, shrinking.
+//! - [`ops`]: the namespace operations and open files.
+//!
+//! Lock order (outermost first): the rename mutex, directory `i_rwsem`s (by
+//! address), a dentry's `d_lock` (its LockRef's lock), a hash bucket's bit
+//! lock; the LRU mutex and the inode-map mutex are leaves. Backend calls are
+//! made with at most `i_rwsem`s held and must not call back into the Vfs.
+
+pub(crate) mod dcache;
+mod ops;
+mod walk;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::dentry::Dentry;
+use crate::fs::{Attr, FileSystem, FileType, Ino};
+use crate::inode::Inode;
+use crate::rcu::{Rcu, Reclaim};
+use crate::seqcount::SeqCount;
+use crate::table::Table;
+
+pub use ops::OpenFile;
+
+/// Sizing and policy knobs of a `Vfs`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Expected number of cached dentries: sizes the hash table once, so
+    /// readers never meet a resize.
+    pub capacity: usize,
+    /// Unused (count 0) dentries beyond this are shrunk.
+    pub max_unused: usize,
+    /// Negative dentries beyond this are shrunk first.
+    pub max_negative: usize,
+    /// The reclamation crate behind the rcu read sections.
+    pub reclaim: Reclaim,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            capacity: 1 << 16,
+            max_unused: 1 << 20,
+            max_negative: 1 << 16,
+            reclaim: Reclaim::Seize,
+        }
+    }
+}
+
+/// Live-object counts. Shared through an `Arc` so a test can read them after
+/// the `Vfs` is dropped (all must then be 0).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Live dentries: allocated and not yet retired.
+    pub dentries: AtomicUsize,
+    /// Dentry memory not yet freed (live ones plus those waiting for a
+    /// grace period).
+    pub allocated: AtomicUsize,
+    /// Hashed negative dentries.
+    pub negative: AtomicUsize,
+    /// Dentries on the LRU lists.
+    pub unused: AtomicUsize,
+    /// Allocated inodes, including those waiting for a grace period.
+    pub inodes: AtomicUsize,
+    /// Lookups answered by rcu-walk / that fell back to ref-walk (racy sums
+    /// for diagnostics: bumped only on the slow path).
+    pub ref_walks: AtomicUsize,
+    /// Backend lookups (cache misses).
+    pub backend_lookups: AtomicUsize,
+}
+
+impl Counters {
+    pub fn dentries(&self) -> usize {
+        self.dentries.load(Ordering::Relaxed)
+    }
+    pub fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
+    pub fn negative(&self) -> usize {
+        self.negative.load(Ordering::Relaxed)
+    }
+    pub fn unused(&self) -> usize {
+        self.unused.load(Ordering::Relaxed)
+    }
+    pub fn inodes(&self) -> usize {
+        self.inodes.load(Ordering::Relaxed)
+    }
+    pub fn backend_lookups(&self) -> usize {
+        self.backend_lookups.load(Ordering::Relaxed)
+    }
+    pub fn ref_walks(&self) -> usize {
+        self.ref_walks.load(Ordering::Relaxed)
+    }
+}
+
+/// The state every dentry points back to (Linux's super_block).
+pub struct Super {
+    pub(crate) fs: Arc<dyn FileSystem>,
+    /// `fs.needs_revalidate()`, read once.
+    pub(crate) revalidate: bool,
+    pub(crate) table: Table,
+    pub(crate) rcu: Rcu,
+    /// Bumped around every rename: a walk that crossed `..` or missed in the
+    /// table checks it before trusting the result.
+    pub(crate) rename_seq: SeqCount,
+    /// Serialises renames (the writer side of `rename_seq`).
+    pub(crate) rename_lock: Mutex<()>,
+    /// ino -> the inode object shared by all its dentries (hard links).
+    pub(crate) inodes: Mutex<HashMap<Ino, NonNull<Inode>>>,
+    pub(crate) lru: Mutex<dcache::Lru>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) config: Config,
+    pub(crate) root: *mut Dentry,
+}
+
+// SAFETY: the raw pointers in Super (root, inode map) point to objects whose
+// shared state is atomic or lock-protected; the map itself is behind a Mutex.
+unsafe impl Send for Super {}
+// SAFETY: as above.
+unsafe impl Sync for Super {}
+
+/// The dentry cache over one backend.
+pub struct Vfs {
+    sb: Box<Super>,
+}
+
+/// Where a relative path starts: the root, or a directory the caller holds.
+#[derive(Clone, Copy)]
+pub enum At<'a> {
+    Root,
+    Dir(&'a Dentry),
+}
+
+impl<'a> From<&'a DentryRef<'_>> for At<'a> {
+    fn from(d: &'a DentryRef<'_>) -> At<'a> {
+        At::Dir(d.dentry())
+    }
+}
+
+/// How `stat` treats the last component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StatMode {
+    /// dcache's own: read the attributes inside the read section and
+    /// validate the sequence counters; no reference, no shared store.
+    #[default]
+    RefFree,
+    /// What Linux does: take and drop a LockRef reference on the last
+    /// component (complete_walk + dput).
+    LockRef,
+}
+
+/// A counted reference to a dentry; dropping it is `dput`.
+pub struct DentryRef<'v> {
+    d: NonNull<Dentry>,
+    _vfs: PhantomData<&'v Vfs>,
+}
+
+// SAFETY: a DentryRef is a counted reference; the dentry is Sync and the
+// count is dropped with an atomic protocol from any thread.
+unsafe impl Send for DentryRef<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for DentryRef<'_> {}
+
+impl<'v> DentryRef<'v> {
+    /// Wrap a dentry whose reference the caller transfers to us.
+    pub(crate) fn from_counted(d: *mut Dentry) -> DentryRef<'v> {
+        DentryRef {
+            d: NonNull::new(d).expect("null dentry"),
+            _vfs: PhantomData,
+        }
+    }
+
+    pub fn dentry(&self) -> &Dentry {
+        // SAFETY: we hold a reference, so the dentry is not freed.
+        unsafe { self.d.as_ref() }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut Dentry {
+        self.d.as_ptr()
+    }
+
+    /// Give up ownership without dropping the count (FUSE keeps it as a
+    /// node's lookup count). Undo with [`Vfs::dentry_from_raw`].
+    pub fn into_raw(self) -> *const Dentry {
+        let p = self.d.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// The inode, or `None` for a negative dentry.
+    pub fn inode(&self) -> Option<&Inode> {
+        let p = self.dentry().inode_ptr();
+        // SAFETY: an inode stays allocated while any dentry points at it and
+        // for a grace period after; our reference keeps this dentry, and we
+        // only change d_inode under d_lock... a concurrent unlink may clear
+        // it, but the inode is freed only after a grace period following
+        // that, and callers use the result immediately.
+        unsafe { p.as_ref() }
+    }
+
+    pub fn is_negative(&self) -> bool {
+        self.dentry().inode_ptr().is_null()
+    }
+
+    pub fn ino(&self) -> Option<Ino> {
+        self.inode().map(|i| i.ino())
+    }
+
+    pub fn kind(&self) -> Option<FileType> {
+        self.inode().map(|i| i.kind())
+    }
+
+    /// The cached attributes (no backend call).
+    pub fn attr(&self) -> Option<Attr> {
+        self.inode().map(|i| i.attr())
+    }
+
+    pub fn name(&self) -> Vec<u8> {
+        self.dentry().name()
+    }
+
+    /// The reference count (racy; diagnostics and tests).
+    pub fn count(&self) -> i32 {
+        self.dentry().count()
+    }
+}
+
+impl Clone for DentryRef<'_> {
+    fn clone(&self) -> Self {
+        self.dentry().d_lockref.get();
+        DentryRef {
+            d: self.d,
+            _vfs: PhantomData,
+        }
+    }
+}
+
+impl Drop for DentryRef<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference to a live dentry of this Vfs.
+        unsafe { dcache::dput(self.d.as_ptr()) };
+    }
+}
+
+impl std::fmt::Debug for DentryRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DentryRef")
+            .field("name", &String::from_utf8_lossy(&self.name()))
+            .field("ino", &self.ino())
+            .field("count", &self.count())
+            .finish()
+    }
+}
+
+impl Vfs {
+    pub fn new(fs: Arc<dyn FileSystem>) -> crate::Result<Vfs> {
+        Vfs::with_config(fs, Config::default())
+    }
+
+    pub fn with_config(fs: Arc<dyn FileSystem>, config: Config) -> crate::Result<Vfs> {
+        let root_ino = fs.root();
+        let root_attr = fs.getattr(root_ino)?;
+        if root_attr.kind != FileType::Directory {
+            return Err(crate::Errno::ENOTDIR);
+        }
+        let mut sb = Box::new(Super {
+            revalidate: fs.needs_revalidate(),
+            fs,
+            table: Table::with_capacity(config.capacity),
+            rcu: Rcu::new(config.reclaim),
+            rename_seq: SeqCount::new(),
+            rename_lock: Mutex::new(()),
+            inodes: Mutex::new(HashMap::new()),
+            lru: Mutex::new(dcache::Lru::default()),
+            counters: Arc::new(Counters::default()),
+            config,
+            root: std::ptr::null_mut(),
+        });
+        let sbp: *const Super = &*sb;
+        let root = dcache::d_alloc_root(sbp, &root_attr);
+        sb.root = root;
+        Ok(Vfs { sb })
+    }
+
+    pub(crate) fn sb(&self) -> &Super {
+        &self.sb
+    }
+
+    pub fn backend(&self) -> &Arc<dyn FileSystem> {
+        &self.sb.fs
+    }
+
+    pub fn counters(&self) -> Arc<Counters> {
+        self.sb.counters.clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.sb.config
+    }
+
+    /// Buckets in the hash table.
+    pub fn table_buckets(&self) -> usize {
+        self.sb.table.buckets()
+    }
+
+    /// A counted reference to the root.
+    pub fn root(&self) -> DentryRef<'_> {
+        // SAFETY: the root lives as long as the Vfs.
+        let r = unsafe { &*self.sb.root };
+        r.d_lockref.get();
+        DentryRef::from_counted(self.sb.root)
+    }
+
+    /// Re-own a reference given away with [`DentryRef::into_raw`].
+    ///
+    /// # Safety
+    /// `p` must come from `into_raw` on a reference of this Vfs, and each
+    /// such pointer may be re-owned once.
+    pub unsafe fn dentry_from_raw(&self, p: *const Dentry) -> DentryRef<'_> {
+        DentryRef::from_counted(p as *mut Dentry)
+    }
+
+    /// Take one more reference on a dentry reached through a raw pointer
+    /// whose reference someone else owns (FUSE: another lookup of a node).
+    ///
+    /// # Safety
+    /// `p` must be a live dentry of this Vfs, kept alive by a reference
+    /// owned elsewhere for the duration of this call.
+    pub unsafe fn dget_raw(&self, p: *const Dentry) -> DentryRef<'_> {
+        // SAFETY: the caller guarantees p is alive.
+        unsafe { &*p }.d_lockref.get();
+        DentryRef::from_counted(p as *mut Dentry)
+    }
+
+    /// Free up to `n` unused dentries (negative ones first); returns how
+    /// many were freed.
+    pub fn shrink(&self, n: usize) -> usize {
+        dcache::shrink(&self.sb, n, false)
+    }
+}
+
+impl Drop for Vfs {
+    fn drop(&mut self) {
+        dcache::teardown(&mut self.sb);
+    }
+}

@@ -1,0 +1,297 @@
+//! Concurrency stress: threads run random lookup, stat, create, unlink,
+//! rename and readdir against one Vfs for a bounded time.
+//!
+//! Checked: a lookup never returns an inode for a name that did not hold it
+//! at some instant during the call, and never says ENOENT for a name that
+//! held one inode for the whole call; afterwards every reference count is
+//! back to its baseline, shrinking frees every unused dentry, and dropping
+//! the Vfs frees everything.
+//!
+//! Each mutator thread owns its names (so it can log their history without
+//! races); every thread looks up every name. Time is a global ticket
+//! counter: an operation's window is [ticket before, ticket after].
+//!
+//! `DCACHE_STRESS_SECS` sets the duration (default 20).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dcache::fs::memfs::MemFs;
+use dcache::fs::{Ctx, FileSystem, RenameFlags};
+use dcache::{At, Errno, StatMode, Vfs};
+
+const DIRS: usize = 3;
+const NAMES_PER_THREAD: usize = 6;
+const MUTATORS: usize = 2;
+const READERS: usize = 2;
+
+/// One period during which `ino` held a name. `loose_*` contain the true
+/// period, `tight_*` are contained in it (None = still holding).
+#[derive(Clone, Debug)]
+struct Held {
+    ino: u64,
+    loose_start: u64,
+    tight_start: u64,
+    tight_end: Option<u64>,
+    loose_end: Option<u64>,
+}
+
+struct Oracle {
+    clock: AtomicU64,
+    history: Mutex<HashMap<String, Vec<Held>>>,
+    /// Per mutator: a clock value no later than the start of its operation
+    /// whose history is not recorded yet (u64::MAX when none).
+    busy: [AtomicU64; MUTATORS],
+}
+
+impl Oracle {
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::SeqCst)
+    }
+    /// Called by mutator `t` before each operation's first tick. SeqCst
+    /// with `tick`: a reader whose window ends after our start sees this.
+    fn enter(&self, t: usize) {
+        self.busy[t].store(self.clock.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+    fn leave(&self, t: usize) {
+        self.busy[t].store(u64::MAX, Ordering::SeqCst);
+    }
+    /// Wait until every operation that started by `t1` is in the history.
+    fn settle(&self, t1: u64) {
+        for b in &self.busy {
+            while b.load(Ordering::SeqCst) <= t1 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    fn begin_hold(&self, name: &str, ino: u64, loose_start: u64, tight_start: u64) {
+        self.history
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .push(Held {
+                ino,
+                loose_start,
+                tight_start,
+                tight_end: None,
+                loose_end: None,
+            });
+    }
+    fn end_hold(&self, name: &str, tight_end: u64, loose_end: u64) {
+        let mut h = self.history.lock().unwrap();
+        let last = h.get_mut(name).and_then(|v| v.last_mut()).expect("held");
+        assert!(last.loose_end.is_none());
+        last.tight_end = Some(tight_end);
+        last.loose_end = Some(loose_end);
+    }
+    /// Could `ino` have held `name` at some instant in [t0, t1]?
+    fn could_hold(&self, name: &str, ino: u64, t0: u64, t1: u64) -> bool {
+        let h = self.history.lock().unwrap();
+        h.get(name).is_some_and(|v| {
+            v.iter()
+                .any(|p| p.ino == ino && p.loose_start <= t1 && p.loose_end.is_none_or(|e| e >= t0))
+        })
+    }
+    /// Did some inode certainly hold `name` for all of [t0, t1]?
+    fn surely_held(&self, name: &str, t0: u64, t1: u64) -> bool {
+        let h = self.history.lock().unwrap();
+        h.get(name).is_some_and(|v| {
+            v.iter()
+                .any(|p| p.tight_start <= t0 && p.tight_end.is_none_or(|e| e >= t1))
+        })
+    }
+}
+
+fn name_of(thread: usize, dir: usize, i: usize) -> String {
+    format!("d{dir}/t{thread}_{i}")
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn check_lookup(oracle: &Oracle, name: &str, t0: u64, t1: u64, r: dcache::Result<u64>) {
+    oracle.settle(t1);
+    match r {
+        Ok(ino) => assert!(
+            oracle.could_hold(name, ino, t0, t1),
+            "{name} resolved to ino {ino}, which never held it during [{t0}, {t1}]"
+        ),
+        Err(Errno::ENOENT) => assert!(
+            !oracle.surely_held(name, t0, t1),
+            "{name} said ENOENT while it was held throughout [{t0}, {t1}]"
+        ),
+        Err(e) => panic!("{name}: unexpected error {e}"),
+    }
+}
+
+#[test]
+fn concurrent_namespace_stress() {
+    let secs: u64 = std::env::var("DCACHE_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let fs = Arc::new(MemFs::new());
+    for d in 0..DIRS {
+        fs.mkdir_p(&format!("d{d}"), 0o755).unwrap();
+    }
+    let vfs = Vfs::new(fs.clone()).unwrap();
+    let counters = vfs.counters();
+    let oracle = Oracle {
+        clock: AtomicU64::new(1),
+        history: Mutex::new(HashMap::new()),
+        busy: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+    };
+    let stop = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let ops = AtomicU64::new(0);
+
+    std::thread::scope(|s| {
+        for t in 0..MUTATORS {
+            let (vfs, oracle, stop, ops) = (&vfs, &oracle, &stop, &ops);
+            s.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9 + t as u64 * 7919);
+                // name -> ino currently held (this thread's names only).
+                let mut mine: HashMap<String, u64> = HashMap::new();
+                let mut held_refs = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let name = name_of(t, rng.below(DIRS), rng.below(NAMES_PER_THREAD));
+                    oracle.enter(t);
+                    match rng.below(10) {
+                        0..=2 => {
+                            let t0 = oracle.tick();
+                            match vfs.create(At::Root, &name, 0o644, Ctx::ROOT) {
+                                Ok(d) => {
+                                    let ino = d.ino().unwrap();
+                                    let t1 = oracle.tick();
+                                    oracle.begin_hold(&name, ino, t0, t1);
+                                    mine.insert(name, ino);
+                                }
+                                Err(Errno::EEXIST) => assert!(mine.contains_key(&name)),
+                                Err(e) => panic!("create {name}: {e}"),
+                            }
+                        }
+                        3..=4 => {
+                            let t0 = oracle.tick();
+                            match vfs.unlink(At::Root, &name) {
+                                Ok(()) => {
+                                    let t1 = oracle.tick();
+                                    oracle.end_hold(&name, t0, t1);
+                                    mine.remove(&name);
+                                }
+                                Err(Errno::ENOENT) => assert!(!mine.contains_key(&name)),
+                                Err(e) => panic!("unlink {name}: {e}"),
+                            }
+                        }
+                        5..=6 => {
+                            let to = name_of(t, rng.below(DIRS), rng.below(NAMES_PER_THREAD));
+                            let t0 = oracle.tick();
+                            let r = vfs.rename(At::Root, &name, At::Root, &to, RenameFlags::NONE);
+                            let t1 = oracle.tick();
+                            match r {
+                                Ok(()) if name == to => {}
+                                Ok(()) => {
+                                    let ino = mine.remove(&name).expect("renamed a name we hold");
+                                    oracle.end_hold(&name, t0, t1);
+                                    if mine.contains_key(&to) {
+                                        oracle.end_hold(&to, t0, t1);
+                                    }
+                                    oracle.begin_hold(&to, ino, t0, t1);
+                                    mine.insert(to, ino);
+                                }
+                                Err(Errno::ENOENT) => assert!(!mine.contains_key(&name)),
+                                Err(e) => panic!("rename {name} -> {to}: {e}"),
+                            }
+                        }
+                        7 => {
+                            // Hold a reference across later operations.
+                            if let Ok(d) = vfs.lookup(At::Root, &name, false) {
+                                held_refs.push(d);
+                            }
+                            if held_refs.len() > 4 {
+                                held_refs.remove(0);
+                            }
+                        }
+                        _ => {
+                            let dir = format!("d{}", rng.below(DIRS));
+                            let mut n = 0;
+                            vfs.readdir(At::Root, &dir, 0, &mut |_| {
+                                n += 1;
+                                true
+                            })
+                            .unwrap();
+                            assert!(n >= 2);
+                        }
+                    }
+                    oracle.leave(t);
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(held_refs);
+            });
+        }
+        for r in 0..READERS {
+            let (vfs, oracle, stop, ops) = (&vfs, &oracle, &stop, &ops);
+            s.spawn(move || {
+                let mut rng = Rng(0xDEAD_BEEF + r as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let name = name_of(
+                        rng.below(MUTATORS),
+                        rng.below(DIRS),
+                        rng.below(NAMES_PER_THREAD),
+                    );
+                    let t0 = oracle.tick();
+                    let res = match rng.below(3) {
+                        0 => vfs.stat(At::Root, &name).map(|a| a.ino),
+                        1 => vfs
+                            .stat_with(At::Root, name.as_bytes(), true, StatMode::LockRef)
+                            .map(|a| a.ino),
+                        _ => vfs.lookup(At::Root, &name, true).map(|d| d.ino().unwrap()),
+                    };
+                    let t1 = oracle.tick();
+                    check_lookup(oracle, &name, t0, t1, res);
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(ops.load(Ordering::Relaxed) > 1000, "the stress ran");
+    fs.check().unwrap();
+
+    // Baseline: nobody holds references; every cached dentry is unused or
+    // pinned only by cached children.
+    for d in 0..DIRS {
+        // Our reference plus one per cached child: never less than 1.
+        let dir = vfs.lookup(At::Root, format!("d{d}"), true).unwrap();
+        assert!(dir.count() >= 1);
+    }
+    vfs.shrink(usize::MAX);
+    assert_eq!(
+        counters.dentries(),
+        1,
+        "only the root is left after shrinking"
+    );
+    assert_eq!(counters.negative(), 0);
+    assert_eq!(counters.unused(), 0);
+    assert_eq!(vfs.root().count(), 2);
+    drop(vfs);
+    assert_eq!(counters.dentries(), 0);
+    assert_eq!(counters.allocated(), 0);
+    assert_eq!(counters.inodes(), 0);
+}

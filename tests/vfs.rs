@@ -1,0 +1,449 @@
+//! The Vfs over memfs: every path rule with its errno, the cache behaviour
+//! (hits do not reach the backend, misses are cached negatively), namespace
+//! operations, and reference/allocation balance.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dcache::fs::memfs::MemFs;
+use dcache::fs::{Attr, Ctx, FileSystem, FileType, Ino, RenameFlags};
+use dcache::{At, Config, Errno, StatMode, Vfs};
+
+fn tree() -> (Arc<MemFs>, Vfs) {
+    let fs = Arc::new(MemFs::new());
+    fs.mkdir_p("a/b/c", 0o755).unwrap();
+    fs.write_file("a/b/c/file", b"hello").unwrap();
+    fs.make_symlink("a/rel", "b/c/file").unwrap();
+    fs.make_symlink("a/abs", "/a/b").unwrap();
+    fs.make_symlink("a/loop1", "loop2").unwrap();
+    fs.make_symlink("a/loop2", "loop1").unwrap();
+    fs.make_symlink("a/dangling", "nowhere").unwrap();
+    let vfs = Vfs::new(fs.clone()).unwrap();
+    (fs, vfs)
+}
+
+fn err<T: std::fmt::Debug>(r: dcache::Result<T>) -> Errno {
+    r.expect_err("expected an error")
+}
+
+#[test]
+fn stat_walks_and_caches() {
+    let (fs, vfs) = tree();
+    let a = vfs.stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(a.kind, FileType::Regular);
+    assert_eq!(a.size, 5);
+    assert_eq!(a.ino, fs.resolve("a/b/c/file").unwrap());
+    let c = vfs.counters();
+    let lookups = c.backend_lookups();
+    let walks = c.ref_walks();
+    for _ in 0..10 {
+        assert_eq!(vfs.stat(At::Root, "/a/b/c/file").unwrap(), a);
+    }
+    assert_eq!(
+        c.backend_lookups(),
+        lookups,
+        "hits must not reach the backend"
+    );
+    assert_eq!(c.ref_walks(), walks, "cached paths resolve in rcu-walk");
+    assert_eq!(
+        vfs.stat_with(At::Root, b"a/b/c/file", true, StatMode::LockRef)
+            .unwrap(),
+        a
+    );
+}
+
+#[test]
+fn negative_dentries_answer_repeated_misses() {
+    let (_fs, vfs) = tree();
+    let c = vfs.counters();
+    assert_eq!(err(vfs.stat(At::Root, "a/b/c/missing")), Errno::ENOENT);
+    let lookups = c.backend_lookups();
+    let walks = c.ref_walks();
+    assert_eq!(c.negative(), 1);
+    for _ in 0..10 {
+        assert_eq!(err(vfs.stat(At::Root, "a/b/c/missing")), Errno::ENOENT);
+    }
+    assert_eq!(c.backend_lookups(), lookups);
+    assert_eq!(
+        c.ref_walks(),
+        walks,
+        "a cached miss is answered by rcu-walk"
+    );
+    // Creating the name turns the negative dentry positive; no stale miss.
+    vfs.create(At::Root, "a/b/c/missing", 0o644, Ctx::ROOT)
+        .unwrap();
+    assert_eq!(c.negative(), 0);
+    assert_eq!(
+        vfs.stat(At::Root, "a/b/c/missing").unwrap().kind,
+        FileType::Regular
+    );
+    // Missing in the middle of a path.
+    assert_eq!(err(vfs.stat(At::Root, "a/nope/c")), Errno::ENOENT);
+}
+
+#[test]
+fn dot_and_dotdot() {
+    let (_fs, vfs) = tree();
+    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(vfs.stat(At::Root, "a/./b/../b/c/./file").unwrap(), file);
+    assert_eq!(vfs.stat(At::Root, "../../../a/b/c/file").unwrap(), file);
+    assert_eq!(
+        vfs.stat(At::Root, "/..").unwrap().ino,
+        vfs.stat(At::Root, "/").unwrap().ino
+    );
+    let root = vfs.stat(At::Root, ".").unwrap();
+    assert_eq!(root.kind, FileType::Directory);
+    // `..` through a file is ENOTDIR.
+    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/..")), Errno::ENOTDIR);
+}
+
+#[test]
+fn symlinks() {
+    let (_fs, vfs) = tree();
+    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(vfs.stat(At::Root, "a/rel").unwrap(), file);
+    // Twice: the second time the target is cached and rcu-walk follows it.
+    assert_eq!(vfs.stat(At::Root, "a/rel").unwrap(), file);
+    assert_eq!(
+        vfs.lstat(At::Root, "a/rel").unwrap().kind,
+        FileType::Symlink
+    );
+    assert_eq!(vfs.stat(At::Root, "a/abs/c/file").unwrap(), file);
+    assert_eq!(vfs.stat(At::Root, "a/abs/c/file").unwrap(), file);
+    assert_eq!(err(vfs.stat(At::Root, "a/loop1")), Errno::ELOOP);
+    assert_eq!(err(vfs.stat(At::Root, "a/loop1")), Errno::ELOOP);
+    assert_eq!(
+        vfs.lstat(At::Root, "a/loop1").unwrap().kind,
+        FileType::Symlink
+    );
+    assert_eq!(err(vfs.stat(At::Root, "a/dangling")), Errno::ENOENT);
+    assert_eq!(vfs.readlink(At::Root, "a/rel").unwrap(), b"b/c/file");
+    assert_eq!(err(vfs.readlink(At::Root, "a/b")), Errno::EINVAL);
+    // A trailing slash follows a final symlink to a directory.
+    assert_eq!(
+        vfs.lstat(At::Root, "a/abs/").unwrap().kind,
+        FileType::Directory
+    );
+    // A chain of 40 links resolves; 41 is ELOOP.
+    let fs = Arc::new(MemFs::new());
+    fs.write_file("target", b"x").unwrap();
+    fs.make_symlink("l0", "target").unwrap();
+    for i in 1..=40 {
+        fs.make_symlink(&format!("l{i}"), &format!("l{}", i - 1))
+            .unwrap();
+    }
+    let v = Vfs::new(fs).unwrap();
+    assert!(v.stat(At::Root, "l39").is_ok());
+    assert_eq!(err(v.stat(At::Root, "l40")), Errno::ELOOP);
+}
+
+#[test]
+fn bad_paths_give_posix_errnos() {
+    let (_fs, vfs) = tree();
+    assert_eq!(err(vfs.stat(At::Root, "")), Errno::ENOENT);
+    assert_eq!(
+        err(vfs.stat(At::Root, b"a/b\0/c".as_slice())),
+        Errno::EINVAL
+    );
+    let long = "x".repeat(256);
+    assert_eq!(
+        err(vfs.stat(At::Root, format!("a/{long}"))),
+        Errno::ENAMETOOLONG
+    );
+    let ok255 = "y".repeat(255);
+    assert_eq!(err(vfs.stat(At::Root, format!("a/{ok255}"))), Errno::ENOENT);
+    let deep = "a/".repeat(2048);
+    assert_eq!(err(vfs.stat(At::Root, deep)), Errno::ENAMETOOLONG);
+    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/x")), Errno::ENOTDIR);
+    assert_eq!(
+        vfs.stat(At::Root, "a/b/").unwrap().kind,
+        FileType::Directory
+    );
+    assert_eq!(
+        vfs.stat(At::Root, "a//b///c").unwrap().kind,
+        FileType::Directory
+    );
+    assert_eq!(
+        err(vfs.create(At::Root, format!("a/{long}"), 0o644, Ctx::ROOT)),
+        Errno::ENAMETOOLONG
+    );
+}
+
+#[test]
+fn at_relative_calls() {
+    let (_fs, vfs) = tree();
+    let b = vfs.lookup(At::Root, "a/b", true).unwrap();
+    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(vfs.stat(At::from(&b), "c/file").unwrap(), file);
+    assert_eq!(vfs.stat(At::from(&b), "../b/c/file").unwrap(), file);
+    assert_eq!(vfs.stat(At::from(&b), "/a/b/c/file").unwrap(), file);
+    vfs.mkdir(At::from(&b), "new", 0o700, Ctx::ROOT).unwrap();
+    assert_eq!(vfs.stat(At::Root, "a/b/new").unwrap().perm, 0o700);
+}
+
+#[test]
+fn namespace_operations() {
+    let (_fs, vfs) = tree();
+    let ctx = Ctx::ROOT;
+    let d = vfs.mkdir(At::Root, "d", 0o755, ctx).unwrap();
+    assert_eq!(d.kind(), Some(FileType::Directory));
+    drop(d);
+    assert_eq!(err(vfs.mkdir(At::Root, "d", 0o755, ctx)), Errno::EEXIST);
+    assert_eq!(
+        err(vfs.mkdir(At::Root, "nodir/x", 0o755, ctx)),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        err(vfs.mkdir(At::Root, "a/b/c/file/x", 0o755, ctx)),
+        Errno::ENOTDIR
+    );
+    vfs.create(At::Root, "d/f", 0o600, ctx).unwrap();
+    assert_eq!(err(vfs.create(At::Root, "d/f", 0o600, ctx)), Errno::EEXIST);
+    let root_nlink = vfs.stat(At::Root, "/").unwrap().nlink;
+    // Hard link: both names see nlink 2.
+    vfs.link(At::Root, "d/f", At::Root, "d/g").unwrap();
+    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().nlink, 2);
+    assert_eq!(vfs.stat(At::Root, "d/g").unwrap().nlink, 2);
+    assert_eq!(err(vfs.link(At::Root, "d", At::Root, "d2")), Errno::EPERM);
+    vfs.unlink(At::Root, "d/g").unwrap();
+    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().nlink, 1);
+    assert_eq!(err(vfs.stat(At::Root, "d/g")), Errno::ENOENT);
+    assert_eq!(err(vfs.unlink(At::Root, "d")), Errno::EISDIR);
+    assert_eq!(err(vfs.unlink(At::Root, "d/f/")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.rmdir(At::Root, "d/f")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.rmdir(At::Root, "d")), Errno::ENOTEMPTY);
+    assert_eq!(err(vfs.rmdir(At::Root, "d/.")), Errno::EINVAL);
+    // Rename a file across directories, then a directory.
+    vfs.rename(At::Root, "d/f", At::Root, "a/f2", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(err(vfs.stat(At::Root, "d/f")), Errno::ENOENT);
+    assert_eq!(vfs.stat(At::Root, "a/f2").unwrap().kind, FileType::Regular);
+    vfs.rename(At::Root, "a/b", At::Root, "d/bb", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(vfs.stat(At::Root, "d/bb/c/file").unwrap().size, 5);
+    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file")), Errno::ENOENT);
+    assert_eq!(
+        err(vfs.rename(At::Root, "d", At::Root, "d/bb/inside", RenameFlags::NONE)),
+        Errno::EINVAL
+    );
+    // NOREPLACE and EXCHANGE.
+    vfs.create(At::Root, "x", 0o644, ctx).unwrap();
+    vfs.mkdir(At::Root, "y", 0o755, ctx).unwrap();
+    let noreplace = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert_eq!(
+        err(vfs.rename(At::Root, "x", At::Root, "y", noreplace)),
+        Errno::EEXIST
+    );
+    let exchange = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
+    vfs.rename(At::Root, "x", At::Root, "y", exchange).unwrap();
+    assert_eq!(vfs.stat(At::Root, "x").unwrap().kind, FileType::Directory);
+    assert_eq!(vfs.stat(At::Root, "y").unwrap().kind, FileType::Regular);
+    assert_eq!(
+        err(vfs.rename(At::Root, "x", At::Root, "nothere", exchange)),
+        Errno::ENOENT
+    );
+    // Replace an existing file.
+    vfs.create(At::Root, "z", 0o644, ctx).unwrap();
+    vfs.rename(At::Root, "y", At::Root, "z", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(err(vfs.stat(At::Root, "y")), Errno::ENOENT);
+    assert_eq!(vfs.stat(At::Root, "z").unwrap().kind, FileType::Regular);
+    // Directories: rmdir of an empty one, root nlink follows.
+    vfs.rmdir(At::Root, "x").unwrap();
+    assert_eq!(err(vfs.stat(At::Root, "x")), Errno::ENOENT);
+    assert_eq!(vfs.stat(At::Root, "/").unwrap().nlink, root_nlink);
+}
+
+#[test]
+fn long_names_survive_renames() {
+    let (_fs, vfs) = tree();
+    let l1 = "L".repeat(100);
+    let l2 = "M".repeat(255);
+    vfs.create(At::Root, &l1, 0o644, Ctx::ROOT).unwrap();
+    assert!(vfs.stat(At::Root, &l1).is_ok());
+    vfs.rename(At::Root, &l1, At::Root, &l2, RenameFlags::NONE)
+        .unwrap();
+    assert!(vfs.stat(At::Root, &l2).is_ok());
+    assert_eq!(err(vfs.stat(At::Root, &l1)), Errno::ENOENT);
+    vfs.rename(At::Root, &l2, At::Root, "short", RenameFlags::NONE)
+        .unwrap();
+    assert!(vfs.stat(At::Root, "short").is_ok());
+    assert_eq!(err(vfs.stat(At::Root, &l2)), Errno::ENOENT);
+    let d = vfs.lookup(At::Root, "short", false).unwrap();
+    assert_eq!(d.name(), b"short");
+}
+
+#[test]
+fn open_read_write_readdir() {
+    let (_fs, vfs) = tree();
+    let ctx = Ctx::ROOT;
+    let f = vfs
+        .open(At::Root, "a/new", libc::O_CREAT | libc::O_RDWR, 0o644, ctx)
+        .unwrap();
+    assert_eq!(f.write(0, b"data!").unwrap(), 5);
+    let mut buf = [0u8; 16];
+    assert_eq!(f.read(0, &mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"data!");
+    f.close().unwrap();
+    assert_eq!(vfs.stat(At::Root, "a/new").unwrap().size, 5);
+    assert_eq!(
+        err(vfs.open(
+            At::Root,
+            "a/new",
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            0o644,
+            ctx
+        )),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        err(vfs.open(At::Root, "a/b", libc::O_WRONLY, 0, ctx)),
+        Errno::EISDIR
+    );
+    assert_eq!(
+        err(vfs.open(At::Root, "a/new", libc::O_DIRECTORY, 0, ctx)),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        err(vfs.open(At::Root, "a/rel", libc::O_NOFOLLOW, 0, ctx)),
+        Errno::ELOOP
+    );
+    let f = vfs
+        .open(At::Root, "a/new", libc::O_WRONLY | libc::O_TRUNC, 0, ctx)
+        .unwrap();
+    drop(f);
+    assert_eq!(vfs.stat(At::Root, "a/new").unwrap().size, 0);
+    let mut names = Vec::new();
+    vfs.readdir(At::Root, "a", 0, &mut |e| {
+        names.push(String::from_utf8(e.name).unwrap());
+        true
+    })
+    .unwrap();
+    for n in [".", "..", "b", "rel", "abs", "new"] {
+        assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+    }
+    assert_eq!(
+        err(vfs.readdir(At::Root, "a/rel", 0, &mut |_| true)),
+        Errno::ENOTDIR
+    );
+}
+
+#[test]
+fn references_balance_and_drop_frees_everything() {
+    let (_fs, vfs) = tree();
+    let c = vfs.counters();
+    let d = vfs.lookup(At::Root, "a/b/c/file", true).unwrap();
+    assert_eq!(d.count(), 1);
+    let d2 = d.clone();
+    assert_eq!(d.count(), 2);
+    drop(d2);
+    assert_eq!(d.count(), 1);
+    drop(d);
+    for p in ["a/b/c/file", "a/rel", "a/x/y", "a/loop1", "a/abs/c"] {
+        let _ = vfs.stat(At::Root, p);
+        let _ = vfs.lookup(At::Root, p, true);
+    }
+    vfs.create(At::Root, "a/t", 0o644, Ctx::ROOT).unwrap();
+    vfs.rename(At::Root, "a/t", At::Root, "a/u", RenameFlags::NONE)
+        .unwrap();
+    vfs.unlink(At::Root, "a/u").unwrap();
+    // The leaf has no users: count 0; its directory is pinned by children.
+    let leaf = vfs.lookup(At::Root, "a/b/c/file", true).unwrap();
+    assert_eq!(leaf.count(), 1);
+    drop(leaf);
+    assert!(c.dentries() > 5);
+    assert!(c.inodes() > 3);
+    drop(vfs);
+    assert_eq!(c.dentries(), 0, "every dentry freed");
+    assert_eq!(c.allocated(), 0, "every dentry's memory freed");
+    assert_eq!(c.inodes(), 0, "every inode freed");
+}
+
+#[test]
+fn shrink_reclaims_negatives_first_and_bounds_them() {
+    let fs = Arc::new(MemFs::new());
+    fs.mkdir_p("d", 0o755).unwrap();
+    fs.write_file("d/keep", b"").unwrap();
+    let cfg = Config {
+        max_negative: 32,
+        ..Config::default()
+    };
+    let vfs = Vfs::with_config(fs, cfg).unwrap();
+    let c = vfs.counters();
+    vfs.stat(At::Root, "d/keep").unwrap();
+    for i in 0..500 {
+        assert_eq!(err(vfs.stat(At::Root, format!("d/miss{i}"))), Errno::ENOENT);
+    }
+    assert!(
+        c.negative() <= 32 + 64,
+        "negatives bounded: {}",
+        c.negative()
+    );
+    let before = c.dentries();
+    let freed = vfs.shrink(10_000);
+    assert!(freed > 0);
+    assert!(c.dentries() < before);
+    assert_eq!(c.negative(), 0);
+    // Still correct after shrinking.
+    assert_eq!(
+        vfs.stat(At::Root, "d/keep").unwrap().kind,
+        FileType::Regular
+    );
+    assert_eq!(err(vfs.stat(At::Root, "d/miss1")), Errno::ENOENT);
+    drop(vfs);
+    assert_eq!(c.dentries(), 0);
+}
+
+/// A backend that fails lookups of one name with EIO.
+struct Faulty {
+    inner: MemFs,
+    fail: &'static [u8],
+    hits: AtomicUsize,
+}
+
+impl FileSystem for Faulty {
+    fn root(&self) -> Ino {
+        self.inner.root()
+    }
+    fn lookup(&self, dir: Ino, name: &[u8]) -> dcache::Result<Option<Attr>> {
+        if name == self.fail {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::EIO);
+        }
+        self.inner.lookup(dir, name)
+    }
+    fn getattr(&self, ino: Ino) -> dcache::Result<Attr> {
+        self.inner.getattr(ino)
+    }
+}
+
+#[test]
+fn backend_errors_mid_walk_keep_counts_balanced() {
+    let inner = MemFs::new();
+    inner.mkdir_p("a/bad/c", 0o755).unwrap();
+    let fs = Arc::new(Faulty {
+        inner,
+        fail: b"bad",
+        hits: AtomicUsize::new(0),
+    });
+    let vfs = Vfs::new(fs.clone()).unwrap();
+    let c = vfs.counters();
+    for _ in 0..3 {
+        assert_eq!(err(vfs.stat(At::Root, "a/bad/c")), Errno::EIO);
+        assert_eq!(err(vfs.lookup(At::Root, "a/bad/c", true)), Errno::EIO);
+    }
+    // Errors are not cached: each walk asked the backend again.
+    assert_eq!(fs.hits.load(Ordering::Relaxed), 6);
+    let a = vfs.lookup(At::Root, "a", true).unwrap();
+    assert_eq!(a.count(), 1, "no reference leaked on the error path");
+    drop(a);
+    drop(vfs);
+    assert_eq!(c.dentries(), 0);
+}
