@@ -16,6 +16,7 @@ pub mod cache_aligned;
 pub mod cli;
 pub mod dentry;
 pub mod errno;
+pub mod file;
 pub mod fs;
 pub mod inode;
 pub mod layout;

@@ -19,7 +19,6 @@
 //! cheaper without the fence, and a per-instance collector gives exact frees.
 
 use crossbeam_epoch as epoch;
-use seize::Guard as _;
 
 /// Which reclamation crate a `Vfs` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -32,13 +31,21 @@ pub enum Reclaim {
 pub(crate) struct Rcu {
     kind: Reclaim,
     collector: seize::Collector,
+    /// Under loom neither crate is modelled (they use real atomics and
+    /// thread-locals): retired objects wait here until teardown, which is
+    /// always safe, so the models check the sequence-count protocols alone.
+    #[cfg(loom)]
+    deferred: std::sync::Mutex<Vec<Retired>>,
 }
 
 /// A read-side critical section: pointers loaded through an [`Rcu`] while a
 /// guard lives stay valid until it is dropped.
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) enum RcuGuard<'a> {
-    Seize(seize::LocalGuard<'a>),
-    Epoch(epoch::Guard),
+    Seize(#[allow(dead_code)] seize::LocalGuard<'a>),
+    Epoch(#[allow(dead_code)] epoch::Guard),
+    #[cfg(loom)]
+    Deferred(std::marker::PhantomData<&'a ()>),
 }
 
 /// A type-erased pointer + free function, so one retire path serves every
@@ -57,15 +64,16 @@ impl Rcu {
         Rcu {
             kind,
             collector: seize::Collector::new(),
+            #[cfg(loom)]
+            deferred: std::sync::Mutex::new(Vec::new()),
         }
-    }
-
-    pub(crate) fn kind(&self) -> Reclaim {
-        self.kind
     }
 
     #[inline(always)]
     pub(crate) fn read_lock(&self) -> RcuGuard<'_> {
+        #[cfg(loom)]
+        return RcuGuard::Deferred(std::marker::PhantomData);
+        #[cfg(not(loom))]
         match self.kind {
             Reclaim::Seize => RcuGuard::Seize(self.collector.enter()),
             Reclaim::Epoch => RcuGuard::Epoch(epoch::pin()),
@@ -80,6 +88,24 @@ impl Rcu {
     /// must not be retired twice, and `free(ptr)` must be a valid way to free
     /// it once no reader holds it.
     pub(crate) unsafe fn retire(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+        #[cfg(loom)]
+        {
+            self.deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Retired { ptr, free });
+        }
+        #[cfg(not(loom))]
+        // SAFETY: forwarded from our caller.
+        unsafe {
+            self.retire_to_crate(ptr, free)
+        }
+    }
+
+    /// # Safety
+    /// As `retire`.
+    #[cfg(not(loom))]
+    unsafe fn retire_to_crate(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
         let r = Box::into_raw(Box::new(Retired { ptr, free }));
         match self.kind {
             Reclaim::Seize => {
@@ -115,6 +141,16 @@ impl Rcu {
     /// No thread may be inside a read section of this `Rcu` or hold a pointer
     /// it loaded in one (the `Vfs` calls this from `Drop`, with `&mut self`).
     pub(crate) unsafe fn barrier_all(&mut self) {
+        #[cfg(loom)]
+        for r in self
+            .deferred
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            // SAFETY: exclusivity promised by the caller; each retired once.
+            unsafe { (r.free)(r.ptr) };
+        }
         // SAFETY: exclusivity promised by the caller.
         unsafe { self.collector.reclaim_all() };
         if self.kind == Reclaim::Epoch {
@@ -127,16 +163,7 @@ impl Rcu {
     }
 }
 
+#[cfg_attr(loom, allow(dead_code))]
 struct RetiredBox(*mut Retired);
 // SAFETY: see `Retired`.
 unsafe impl Send for RetiredBox {}
-
-impl RcuGuard<'_> {
-    /// Let the collector reclaim what this thread retired (seize batches).
-    pub(crate) fn flush(&self) {
-        match self {
-            RcuGuard::Seize(g) => g.flush(),
-            RcuGuard::Epoch(g) => g.flush(),
-        }
-    }
-}

@@ -13,6 +13,8 @@ pub use loom::sync::atomic::{
 #[cfg(loom)]
 pub use loom::sync::{Arc, Mutex, MutexGuard};
 #[cfg(loom)]
+pub use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(loom)]
 pub use loom::thread;
 
 #[cfg(not(loom))]
@@ -21,6 +23,8 @@ pub use std::sync::atomic::{
 };
 #[cfg(not(loom))]
 pub use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(loom))]
 pub use std::thread;
 

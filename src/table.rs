@@ -59,6 +59,14 @@ impl Table {
     fn bucket(&self, parent: *const Dentry, hash: u32) -> &AtomicPtr<Dentry> {
         // Mix the parent's address with the name hash: the same name in many
         // directories ("Makefile", "index") must not share one chain.
+        // Under loom the model must be deterministic, and addresses are not:
+        // chains are then chosen by the name alone.
+        #[cfg(loom)]
+        let p = {
+            let _ = parent;
+            0u64
+        };
+        #[cfg(not(loom))]
         let p = (parent as usize as u64) >> 6;
         let h = (p ^ (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .wrapping_mul(0xD6E8_FEB8_6659_FD93);

@@ -8,6 +8,7 @@
 //!
 //! Every method returns the POSIX errno a local filesystem would give.
 
+pub mod kernfs;
 pub mod memfs;
 pub mod passthrough;
 

@@ -11,6 +11,8 @@
 //! made with at most `i_rwsem`s held and must not call back into the Vfs.
 
 pub(crate) mod dcache;
+#[cfg(all(test, loom))]
+mod loom_walk;
 mod ops;
 mod walk;
 

@@ -566,50 +566,10 @@ impl Vfs {
     #[inline]
     pub fn stat_with(&self, at: At<'_>, path: &[u8], follow: bool, mode: StatMode) -> Result<Attr> {
         check_path(path)?;
-        let sb = self.sb();
-        {
-            let g = sb.rcu.read_lock();
-            match self.walk_rcu(&g, at, path, follow, false) {
-                RcuWalk::Err(e) => return Err(e),
-                RcuWalk::Fallback => {}
-                RcuWalk::Done(d, seq) => {
-                    // SAFETY: found inside the read section.
-                    let dd = unsafe { &*d };
-                    match mode {
-                        StatMode::RefFree => {
-                            if let Some(inode) = inode_of(dd) {
-                                if let Some(a) = inode.try_attr() {
-                                    if !dd.d_seq.read_retry(seq) {
-                                        if sb.revalidate {
-                                            return self.refresh_attr(inode, a);
-                                        }
-                                        return Ok(a);
-                                    }
-                                }
-                            }
-                        }
-                        StatMode::LockRef => {
-                            // Linux's complete_walk: a real reference on the
-                            // last component, then dput.
-                            if dd.d_lockref.get_not_dead() {
-                                let r = DentryRef::from_counted(d);
-                                if !dd.d_seq.read_retry(seq) {
-                                    drop(g);
-                                    if let Some(inode) = r.inode() {
-                                        let a = inode.attr();
-                                        if sb.revalidate {
-                                            return self.refresh_attr(inode, a);
-                                        }
-                                        return Ok(a);
-                                    }
-                                    return Err(Errno::ENOENT);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+        if let Some(r) = self.try_stat_rcu(at, path, follow, mode) {
+            return r;
         }
+        let sb = self.sb();
         let d = self.walk_ref(at, path, follow, false)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         let a = inode.attr();
@@ -617,6 +577,61 @@ impl Vfs {
             return self.refresh_attr(inode, a);
         }
         Ok(a)
+    }
+
+    /// The rcu-walk half of `stat`: `None` when it had to give up (the
+    /// caller then redoes the walk with references).
+    #[inline(always)]
+    pub(crate) fn try_stat_rcu(
+        &self,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+        mode: StatMode,
+    ) -> Option<Result<Attr>> {
+        let sb = self.sb();
+        let g = sb.rcu.read_lock();
+        match self.walk_rcu(&g, at, path, follow, false) {
+            RcuWalk::Err(e) => return Some(Err(e)),
+            RcuWalk::Fallback => {}
+            RcuWalk::Done(d, seq) => {
+                // SAFETY: found inside the read section.
+                let dd = unsafe { &*d };
+                match mode {
+                    StatMode::RefFree => {
+                        if let Some(inode) = inode_of(dd) {
+                            if let Some(a) = inode.try_attr() {
+                                if !dd.d_seq.read_retry(seq) {
+                                    if sb.revalidate {
+                                        return Some(self.refresh_attr(inode, a));
+                                    }
+                                    return Some(Ok(a));
+                                }
+                            }
+                        }
+                    }
+                    StatMode::LockRef => {
+                        // Linux's complete_walk: a real reference on the
+                        // last component, then dput.
+                        if dd.d_lockref.get_not_dead() {
+                            let r = DentryRef::from_counted(d);
+                            if !dd.d_seq.read_retry(seq) {
+                                drop(g);
+                                let Some(inode) = r.inode() else {
+                                    return Some(Err(Errno::ENOENT));
+                                };
+                                let a = inode.attr();
+                                if sb.revalidate {
+                                    return Some(self.refresh_attr(inode, a));
+                                }
+                                return Some(Ok(a));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// For backends whose truth can change underneath: ask for fresh

@@ -1,0 +1,354 @@
+//! Where an open file's fields sit: the `split` layout (the hot, written
+//! fields alone on one cache line) and the `packed` one (the hot fields on
+//! the same line as the read-mostly ones, as Linux's struct file had them).
+//!
+//! Every `fget`/`fput` writes `f_count`; every `read` takes `f_pos_lock` and
+//! writes `f_pos`. `f_op`, `f_inode` and `f_path` are written once at open
+//! and then only read, but read by every operation. When both kinds share a
+//! line, each count change on one CPU evicts the line another CPU only needed
+//! for reading. Both layouts are compiled into every binary so that one
+//! benchmark run compares them; the `const` assertions below keep each
+//! honest about what it claims.
+
+use std::mem::{align_of, offset_of, size_of};
+// The backend handle is plain shared ownership, no part of a lock-free
+// protocol, so std's Arc (which coerces to `dyn`) rather than the facade's.
+use std::sync::Arc;
+
+use crate::cache_aligned::{CacheAligned, CACHE_LINE};
+use crate::fs::{FileSystem, Ino};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex};
+
+/// What `open` produced; the cold, read-mostly part of a file.
+pub struct OpenParts<T> {
+    /// The path the file was opened by (the Vfs puts its dentry reference
+    /// here); dropped when the last reference to the file goes.
+    pub path: T,
+    pub fs: Arc<dyn FileSystem>,
+    pub ino: Ino,
+    /// The backend's handle from `FileSystem::open`.
+    pub fh: u64,
+    /// `open(2)` flags.
+    pub flags: i32,
+}
+
+/// Field access common to both layouts; the fd table and `FileRef` are
+/// written once against it.
+pub trait FileRepr<T>: Send + Sync + Sized + 'static {
+    fn new(parts: OpenParts<T>, mode: u32) -> Self;
+    fn f_count(&self) -> &AtomicUsize;
+    fn f_mode(&self) -> u32;
+    fn f_pos_lock(&self) -> &Mutex<()>;
+    /// Changed only with `f_pos_lock` held (for FMODE_ATOMIC_POS files).
+    fn f_pos(&self) -> &AtomicU64;
+    fn f_path(&self) -> &T;
+    fn f_op(&self) -> &Arc<dyn FileSystem>;
+    fn f_inode(&self) -> Ino;
+    fn fh(&self) -> u64;
+    fn f_flags(&self) -> i32;
+}
+
+/// A field placement for open files.
+pub trait Layout: Send + Sync + 'static {
+    const NAME: &'static str;
+    type Repr<T: Send + Sync + 'static>: FileRepr<T>;
+    /// Field offsets and sizes of `Repr<T>`.
+    fn describe<T: Send + Sync + 'static>() -> LayoutInfo;
+}
+
+/// The written-often fields; the rest are read-mostly.
+pub const HOT_FIELDS: [&str; 4] = ["f_count", "f_mode", "f_pos_lock", "f_pos"];
+
+/// A type's layout as `dcache layout` prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutInfo {
+    /// `"split"` or `"packed"`.
+    pub layout: &'static str,
+    pub type_name: &'static str,
+    pub size: usize,
+    pub align: usize,
+    /// (field, offset, size), in offset order.
+    pub fields: Vec<(&'static str, usize, usize)>,
+}
+
+impl LayoutInfo {
+    /// Cache lines a field touches (first, last).
+    pub fn lines(&self, field: &str) -> Option<(usize, usize)> {
+        let &(_, off, size) = self.fields.iter().find(|f| f.0 == field)?;
+        Some((off / CACHE_LINE, (off + size.max(1) - 1) / CACHE_LINE))
+    }
+
+    /// Does a line holding a hot field also hold a read-mostly one?
+    pub fn hot_shares_line_with_cold(&self) -> bool {
+        let span =
+            |f: &(&str, usize, usize)| (f.1 / CACHE_LINE, (f.1 + f.2.max(1) - 1) / CACHE_LINE);
+        let (hot, cold): (Vec<_>, Vec<_>) =
+            self.fields.iter().partition(|f| HOT_FIELDS.contains(&f.0));
+        hot.iter().any(|h| {
+            let (h0, h1) = span(h);
+            cold.iter().any(|c| {
+                let (c0, c1) = span(c);
+                c.2 > 0 && c0 <= h1 && h0 <= c1
+            })
+        })
+    }
+}
+
+/// The written fields, alone on their line in `SplitFile`.
+#[repr(C)]
+pub struct FileHot {
+    f_count: AtomicUsize,
+    f_mode: u32,
+    f_pos_lock: Mutex<()>,
+    f_pos: AtomicU64,
+}
+
+/// Hot fields on line 0, everything read-mostly from line 1 on.
+#[repr(C, align(64))]
+pub struct SplitFile<T> {
+    hot: CacheAligned<FileHot>,
+    f_path: T,
+    f_op: Arc<dyn FileSystem>,
+    f_inode: Ino,
+    fh: u64,
+    f_flags: i32,
+}
+
+/// Linux's order before the fix: path, ops and inode, then the count, mode
+/// and position lock, all on line 0 (for a pointer-sized `T`).
+#[repr(C, align(64))]
+pub struct PackedFile<T> {
+    f_path: T,
+    f_op: Arc<dyn FileSystem>,
+    f_inode: Ino,
+    f_count: AtomicUsize,
+    f_flags: i32,
+    f_mode: u32,
+    f_pos_lock: Mutex<()>,
+    f_pos: AtomicU64,
+    fh: u64,
+}
+
+#[cfg(not(loom))]
+const fn line(off: usize) -> usize {
+    off / CACHE_LINE
+}
+
+#[cfg(not(loom))]
+const fn last_line(off: usize, size: usize) -> usize {
+    (off + size - 1) / CACHE_LINE
+}
+
+// Files are at least line-aligned: the fd table keeps tag bits in the low
+// six bits of file pointers, and the line arithmetic starts at offset 0.
+const _: () = assert!(align_of::<SplitFile<u8>>() >= CACHE_LINE);
+const _: () = assert!(align_of::<PackedFile<u8>>() >= CACHE_LINE);
+
+// The layout claims, checked for the std build (loom's atomics and mutex
+// have other sizes).
+#[cfg(not(loom))]
+const _: () = {
+    // split: the hot part fills line 0 exactly, so every read-mostly field,
+    // for any payload, starts on a later line.
+    assert!(size_of::<FileHot>() <= CACHE_LINE);
+    assert!(size_of::<CacheAligned<FileHot>>() == CACHE_LINE);
+    assert!(offset_of!(SplitFile<u8>, hot) == 0);
+    assert!(offset_of!(SplitFile<()>, f_path) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<()>, f_op) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, f_path) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, f_op) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, f_inode) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, fh) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, f_flags) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<[u8; 200]>, f_op) >= CACHE_LINE);
+
+    // packed: with a pointer-sized path, count, mode and position lock share
+    // line 0 with path, ops and inode.
+    type P = PackedFile<usize>;
+    let l = line(offset_of!(P, f_count));
+    assert!(l == 0);
+    assert!(line(offset_of!(P, f_path)) == l);
+    assert!(line(offset_of!(P, f_op)) == l);
+    assert!(line(offset_of!(P, f_inode)) == l);
+    assert!(line(offset_of!(P, f_mode)) == l);
+    assert!(last_line(offset_of!(P, f_pos_lock), size_of::<Mutex<()>>()) == l);
+    assert!(last_line(offset_of!(P, f_pos), 8) == l);
+};
+
+impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
+    fn new(p: OpenParts<T>, mode: u32) -> Self {
+        SplitFile {
+            hot: CacheAligned::new(FileHot {
+                f_count: AtomicUsize::new(1),
+                f_mode: mode,
+                f_pos_lock: Mutex::new(()),
+                f_pos: AtomicU64::new(0),
+            }),
+            f_path: p.path,
+            f_op: p.fs,
+            f_inode: p.ino,
+            fh: p.fh,
+            f_flags: p.flags,
+        }
+    }
+    fn f_count(&self) -> &AtomicUsize {
+        &self.hot.f_count
+    }
+    fn f_mode(&self) -> u32 {
+        self.hot.f_mode
+    }
+    fn f_pos_lock(&self) -> &Mutex<()> {
+        &self.hot.f_pos_lock
+    }
+    fn f_pos(&self) -> &AtomicU64 {
+        &self.hot.f_pos
+    }
+    fn f_path(&self) -> &T {
+        &self.f_path
+    }
+    fn f_op(&self) -> &Arc<dyn FileSystem> {
+        &self.f_op
+    }
+    fn f_inode(&self) -> Ino {
+        self.f_inode
+    }
+    fn fh(&self) -> u64 {
+        self.fh
+    }
+    fn f_flags(&self) -> i32 {
+        self.f_flags
+    }
+}
+
+impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
+    fn new(p: OpenParts<T>, mode: u32) -> Self {
+        PackedFile {
+            f_path: p.path,
+            f_op: p.fs,
+            f_inode: p.ino,
+            f_count: AtomicUsize::new(1),
+            f_flags: p.flags,
+            f_mode: mode,
+            f_pos_lock: Mutex::new(()),
+            f_pos: AtomicU64::new(0),
+            fh: p.fh,
+        }
+    }
+    fn f_count(&self) -> &AtomicUsize {
+        &self.f_count
+    }
+    fn f_mode(&self) -> u32 {
+        self.f_mode
+    }
+    fn f_pos_lock(&self) -> &Mutex<()> {
+        &self.f_pos_lock
+    }
+    fn f_pos(&self) -> &AtomicU64 {
+        &self.f_pos
+    }
+    fn f_path(&self) -> &T {
+        &self.f_path
+    }
+    fn f_op(&self) -> &Arc<dyn FileSystem> {
+        &self.f_op
+    }
+    fn f_inode(&self) -> Ino {
+        self.f_inode
+    }
+    fn fh(&self) -> u64 {
+        self.fh
+    }
+    fn f_flags(&self) -> i32 {
+        self.f_flags
+    }
+}
+
+/// Hot fields on their own line.
+pub struct Split;
+/// Hot and read-mostly fields mixed (Linux before the fix).
+pub struct Packed;
+
+fn sorted(mut fields: Vec<(&'static str, usize, usize)>) -> Vec<(&'static str, usize, usize)> {
+    fields.sort_by_key(|f| f.1);
+    fields
+}
+
+impl Layout for Split {
+    const NAME: &'static str = "split";
+    type Repr<T: Send + Sync + 'static> = SplitFile<T>;
+
+    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+        type S<T> = SplitFile<T>;
+        LayoutInfo {
+            layout: Self::NAME,
+            type_name: std::any::type_name::<SplitFile<T>>(),
+            size: size_of::<S<T>>(),
+            align: align_of::<S<T>>(),
+            fields: sorted(vec![
+                (
+                    "f_count",
+                    offset_of!(S<T>, hot.0.f_count),
+                    size_of::<AtomicUsize>(),
+                ),
+                ("f_mode", offset_of!(S<T>, hot.0.f_mode), size_of::<u32>()),
+                (
+                    "f_pos_lock",
+                    offset_of!(S<T>, hot.0.f_pos_lock),
+                    size_of::<Mutex<()>>(),
+                ),
+                (
+                    "f_pos",
+                    offset_of!(S<T>, hot.0.f_pos),
+                    size_of::<AtomicU64>(),
+                ),
+                ("f_path", offset_of!(S<T>, f_path), size_of::<T>()),
+                (
+                    "f_op",
+                    offset_of!(S<T>, f_op),
+                    size_of::<Arc<dyn FileSystem>>(),
+                ),
+                ("f_inode", offset_of!(S<T>, f_inode), size_of::<Ino>()),
+                ("fh", offset_of!(S<T>, fh), size_of::<u64>()),
+                ("f_flags", offset_of!(S<T>, f_flags), size_of::<i32>()),
+            ]),
+        }
+    }
+}
+
+impl Layout for Packed {
+    const NAME: &'static str = "packed";
+    type Repr<T: Send + Sync + 'static> = PackedFile<T>;
+
+    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+        type P<T> = PackedFile<T>;
+        LayoutInfo {
+            layout: Self::NAME,
+            type_name: std::any::type_name::<PackedFile<T>>(),
+            size: size_of::<P<T>>(),
+            align: align_of::<P<T>>(),
+            fields: sorted(vec![
+                ("f_path", offset_of!(P<T>, f_path), size_of::<T>()),
+                (
+                    "f_op",
+                    offset_of!(P<T>, f_op),
+                    size_of::<Arc<dyn FileSystem>>(),
+                ),
+                ("f_inode", offset_of!(P<T>, f_inode), size_of::<Ino>()),
+                (
+                    "f_count",
+                    offset_of!(P<T>, f_count),
+                    size_of::<AtomicUsize>(),
+                ),
+                ("f_flags", offset_of!(P<T>, f_flags), size_of::<i32>()),
+                ("f_mode", offset_of!(P<T>, f_mode), size_of::<u32>()),
+                (
+                    "f_pos_lock",
+                    offset_of!(P<T>, f_pos_lock),
+                    size_of::<Mutex<()>>(),
+                ),
+                ("f_pos", offset_of!(P<T>, f_pos), size_of::<AtomicU64>()),
+                ("fh", offset_of!(P<T>, fh), size_of::<u64>()),
+            ]),
+        }
+    }
+}

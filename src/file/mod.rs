@@ -1,0 +1,274 @@
+//! Open files, Linux `struct file` style, and the per-process descriptor
+//! table.
+//!
+//! A [`FileRef`] is a counted reference to one open file (Linux: a `struct
+//! file *` on which `get_file`/`fput` were called). The count lives inside
+//! the file, at the place its [`Layout`] puts it, so the `split` and
+//! `packed` layouts differ in exactly that. The last `fput` calls the
+//! backend's `release` and drops the path payload. [`FdTable`] maps
+//! descriptors to files.
+
+mod fdtable;
+mod layout;
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::{Arc, PoisonError};
+
+use crate::errno::{Errno, Result};
+use crate::fs::{FileSystem, Ino};
+use crate::sync::{fence, Ordering};
+
+pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
+pub use layout::{
+    FileHot, FileRepr, Layout, LayoutInfo, OpenParts, Packed, PackedFile, Split, SplitFile,
+    HOT_FIELDS,
+};
+
+// FMODE_* bits, Linux's values.
+pub const FMODE_READ: u32 = 0x1;
+pub const FMODE_WRITE: u32 = 0x2;
+pub const FMODE_LSEEK: u32 = 0x4;
+pub const FMODE_PREAD: u32 = 0x8;
+pub const FMODE_PWRITE: u32 = 0x10;
+/// Opened with O_PATH: no I/O, close does not flush.
+pub const FMODE_PATH: u32 = 0x4000;
+/// `read`/`write` serialise on `f_pos_lock` (POSIX position atomicity).
+pub const FMODE_ATOMIC_POS: u32 = 0x8000;
+
+/// The mode bits an `open(2)` with `flags` gives a regular file.
+pub fn fmode_from_flags(flags: i32) -> u32 {
+    if flags & libc::O_PATH != 0 {
+        return FMODE_PATH;
+    }
+    let io = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => FMODE_READ,
+        libc::O_WRONLY => FMODE_WRITE,
+        libc::O_RDWR => FMODE_READ | FMODE_WRITE,
+        // Access mode 3: neither read nor write (ioctl-only opens).
+        _ => 0,
+    };
+    io | FMODE_LSEEK | FMODE_PREAD | FMODE_PWRITE | FMODE_ATOMIC_POS
+}
+
+/// A counted reference to an open file. Clone is `get_file`, drop is
+/// `fput`.
+pub struct FileRef<T: Send + Sync + 'static, L: Layout = Split> {
+    ptr: NonNull<L::Repr<T>>,
+    _owns: PhantomData<L::Repr<T>>,
+}
+
+// SAFETY: a FileRef is a shared reference to a `Repr<T>`, which is Send +
+// Sync (a `FileRepr` bound); the count it manipulates is atomic.
+unsafe impl<T: Send + Sync + 'static, L: Layout> Send for FileRef<T, L> {}
+// SAFETY: as above; `&FileRef` only gives `&Repr<T>`.
+unsafe impl<T: Send + Sync + 'static, L: Layout> Sync for FileRef<T, L> {}
+
+impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
+    /// A new open file with count 1, mode bits from `parts.flags`.
+    pub fn open(parts: OpenParts<T>) -> Self {
+        let mode = fmode_from_flags(parts.flags);
+        let file = Box::new(<L::Repr<T> as FileRepr<T>>::new(parts, mode));
+        FileRef {
+            ptr: NonNull::from(Box::leak(file)),
+            _owns: PhantomData,
+        }
+    }
+
+    fn f(&self) -> &L::Repr<T> {
+        // SAFETY: this reference is counted in `f_count`, so the allocation
+        // made by `open` lives at least as long as `self`.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The raw pointer, keeping the reference (the fd table owns it now).
+    pub(crate) fn into_raw(self) -> *mut L::Repr<T> {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// Take back a reference given away by `into_raw`.
+    ///
+    /// # Safety
+    /// `p` came from `into_raw` and that reference is not used again.
+    pub(crate) unsafe fn from_raw(p: *mut L::Repr<T>) -> Self {
+        FileRef {
+            // SAFETY: `into_raw` pointers are never null (caller's contract).
+            ptr: unsafe { NonNull::new_unchecked(p) },
+            _owns: PhantomData,
+        }
+    }
+
+    /// A new reference to the file at `p` (Linux get_file).
+    ///
+    /// # Safety
+    /// Some reference to `p` is held, and cannot be dropped, for the whole
+    /// call.
+    pub(crate) unsafe fn get_raw(p: *mut L::Repr<T>) -> Self {
+        // SAFETY: the caller's reference keeps `p` alive.
+        let f = unsafe { &*p };
+        // Relaxed: taking a reference while holding one publishes nothing
+        // (as Arc::clone); the count is decremented with Release.
+        f.f_count().fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as `from_raw`; the count now includes this reference.
+        unsafe { Self::from_raw(p) }
+    }
+
+    /// `f_count` now (racy by nature; for tests and diagnostics).
+    pub fn count(&self) -> usize {
+        // Relaxed: a snapshot, ordering nothing.
+        self.f().f_count().load(Ordering::Relaxed)
+    }
+
+    pub fn mode(&self) -> u32 {
+        self.f().f_mode()
+    }
+
+    pub fn flags(&self) -> i32 {
+        self.f().f_flags()
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.f().f_inode()
+    }
+
+    pub fn fh(&self) -> u64 {
+        self.f().fh()
+    }
+
+    pub fn path(&self) -> &T {
+        self.f().f_path()
+    }
+
+    pub fn fs(&self) -> &Arc<dyn FileSystem> {
+        self.f().f_op()
+    }
+
+    /// The file position.
+    pub fn pos(&self) -> u64 {
+        // Relaxed: a snapshot; `read` orders its own accesses by the lock.
+        self.f().f_pos().load(Ordering::Relaxed)
+    }
+
+    /// Is this the same open file as `other` (same `struct file`)?
+    pub fn same_file(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+
+    /// This layout's field placement for payload `T`.
+    pub fn layout() -> LayoutInfo {
+        L::describe::<T>()
+    }
+
+    /// Read at the file position and advance it, serialised with other
+    /// position users on `f_pos_lock` (Linux fdget_pos + vfs_read).
+    pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
+        let f = self.f();
+        if f.f_mode() & FMODE_READ == 0 {
+            return Err(Errno::EBADF);
+        }
+        self.with_pos(|pos| f.f_op().read(f.f_inode(), f.fh(), pos, buf))
+    }
+
+    /// Read at `offset`, leaving the position alone.
+    pub fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let f = self.f();
+        if f.f_mode() & FMODE_READ == 0 {
+            return Err(Errno::EBADF);
+        }
+        if f.f_mode() & FMODE_PREAD == 0 {
+            return Err(Errno(libc::ESPIPE));
+        }
+        f.f_op().read(f.f_inode(), f.fh(), offset, buf)
+    }
+
+    /// Write at the file position and advance it.
+    pub fn write(&self, data: &[u8]) -> Result<usize> {
+        let f = self.f();
+        if f.f_mode() & FMODE_WRITE == 0 {
+            return Err(Errno::EBADF);
+        }
+        self.with_pos(|pos| f.f_op().write(f.f_inode(), f.fh(), pos, data))
+    }
+
+    /// Write at `offset`, leaving the position alone.
+    pub fn pwrite(&self, data: &[u8], offset: u64) -> Result<usize> {
+        let f = self.f();
+        if f.f_mode() & FMODE_WRITE == 0 {
+            return Err(Errno::EBADF);
+        }
+        if f.f_mode() & FMODE_PWRITE == 0 {
+            return Err(Errno(libc::ESPIPE));
+        }
+        f.f_op().write(f.f_inode(), f.fh(), offset, data)
+    }
+
+    /// Run `io` at the current position and advance it by what it moved.
+    fn with_pos(&self, io: impl FnOnce(u64) -> Result<usize>) -> Result<usize> {
+        let f = self.f();
+        let _guard = (f.f_mode() & FMODE_ATOMIC_POS != 0).then(|| {
+            f.f_pos_lock()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
+        // Relaxed: with FMODE_ATOMIC_POS the lock orders position updates;
+        // without it concurrent users race on the position, as in Linux.
+        let pos = f.f_pos().load(Ordering::Relaxed);
+        let n = io(pos)?;
+        f.f_pos()
+            .store(pos.saturating_add(n as u64), Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// What `close` does before dropping the descriptor's reference (Linux
+    /// filp_close): the backend's flush, except for O_PATH files.
+    pub fn flush(&self) -> Result<()> {
+        let f = self.f();
+        if f.f_mode() & FMODE_PATH != 0 {
+            return Ok(());
+        }
+        f.f_op().flush(f.f_inode(), f.fh())
+    }
+}
+
+impl<T: Send + Sync + 'static, L: Layout> Clone for FileRef<T, L> {
+    fn clone(&self) -> Self {
+        // SAFETY: `self` is a held reference for the whole call.
+        unsafe { Self::get_raw(self.ptr.as_ptr()) }
+    }
+}
+
+impl<T: Send + Sync + 'static, L: Layout> Drop for FileRef<T, L> {
+    fn drop(&mut self) {
+        // Release: this holder's uses of the file happen before the last
+        // holder frees it.
+        if self.f().f_count().fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Acquire: pairs with every other holder's Release decrement.
+        fence(Ordering::Acquire);
+        // SAFETY: the count reached zero, so this was the last reference;
+        // the pointer came from Box::leak in `open`.
+        let file = unsafe { Box::from_raw(self.ptr.as_ptr()) };
+        // Linux __fput: release first, then the path goes with the file.
+        let _ = file.f_op().release(file.f_inode(), file.fh());
+        drop(file);
+    }
+}
+
+/// Drop a file reference (Linux fput), for symmetry with `FdTable::fget`.
+pub fn fput<T: Send + Sync + 'static, L: Layout>(file: FileRef<T, L>) {
+    drop(file);
+}
+
+impl<T: Send + Sync + 'static, L: Layout> std::fmt::Debug for FileRef<T, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileRef")
+            .field("layout", &L::NAME)
+            .field("ino", &self.ino())
+            .field("count", &self.count())
+            .field("mode", &format_args!("{:#x}", self.mode()))
+            .finish()
+    }
+}

@@ -1,0 +1,154 @@
+//! loom models of rcu-walk validation (run with `RUSTFLAGS="--cfg loom"
+//! cargo test --release --lib loom_walk`): one lockless walker against one
+//! rename or unlink. The walker may give up (fall back to ref-walk), but
+//! when it answers, the answer must be one that was true at some instant
+//! of its walk; an answer from before a change that had completed when
+//! the walk started is a bug.
+
+use std::sync::Arc as StdArc;
+
+use super::{At, Config, StatMode, Vfs};
+use crate::errno::Errno;
+use crate::fs::memfs::MemFs;
+use crate::fs::{Ctx, RenameFlags};
+use crate::sync::{thread, AtomicBool, Arc, Ordering};
+
+fn setup() -> (Arc<Vfs>, u64) {
+    let fs = StdArc::new(MemFs::new());
+    fs.mkdir_p("p", 0o755).unwrap();
+    fs.write_file("p/f", b"x").unwrap();
+    let vfs = Vfs::with_config(
+        fs,
+        Config {
+            capacity: 16,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    // Warm the cache: p, p/f, and a negative p/g.
+    let f = vfs.stat(At::Root, "p/f").unwrap().ino;
+    assert_eq!(vfs.stat(At::Root, "p/g"), Err(Errno::ENOENT));
+    (Arc::new(vfs), f)
+}
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b
+}
+
+/// Walk `path` in rcu mode only.
+fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
+    vfs.try_stat_rcu(At::Root, path.as_bytes(), true, StatMode::RefFree)
+        .map(|r| r.map(|a| a.ino))
+}
+
+#[test]
+fn loom_walk_vs_rename() {
+    builder().check(|| {
+        let (vfs, f) = setup();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (vfs, done) = (vfs.clone(), done.clone());
+            thread::spawn(move || {
+                vfs.rename(At::Root, "p/f", At::Root, "p/g", RenameFlags::NONE)
+                    .unwrap();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let after = done.load(Ordering::SeqCst);
+        match rcu_ino(&vfs, "p/f") {
+            Some(Ok(ino)) => {
+                assert_eq!(ino, f);
+                assert!(!after, "old name resolved after the rename finished");
+            }
+            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
+            None => {}
+        }
+        let after = done.load(Ordering::SeqCst);
+        match rcu_ino(&vfs, "p/g") {
+            Some(Ok(ino)) => assert_eq!(ino, f),
+            Some(Err(e)) => {
+                assert_eq!(e, Errno::ENOENT);
+                assert!(!after, "new name missing after the rename finished");
+            }
+            None => {}
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_walk_vs_unlink() {
+    builder().check(|| {
+        let (vfs, f) = setup();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (vfs, done) = (vfs.clone(), done.clone());
+            thread::spawn(move || {
+                vfs.unlink(At::Root, "p/f").unwrap();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let after = done.load(Ordering::SeqCst);
+        match rcu_ino(&vfs, "p/f") {
+            Some(Ok(ino)) => {
+                assert_eq!(ino, f);
+                assert!(!after, "unlinked name resolved after unlink finished");
+            }
+            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
+            None => {}
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_walk_vs_create() {
+    builder().check(|| {
+        let (vfs, _f) = setup();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (vfs, done) = (vfs.clone(), done.clone());
+            thread::spawn(move || {
+                vfs.create(At::Root, "p/g", 0o644, Ctx::ROOT).unwrap();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let after = done.load(Ordering::SeqCst);
+        // p/g is a cached negative dentry that the create turns positive.
+        if let Some(Err(e)) = rcu_ino(&vfs, "p/g") {
+            assert_eq!(e, Errno::ENOENT);
+            assert!(!after, "stale negative entry seen after the create");
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_walk_vs_directory_rename() {
+    builder().check(|| {
+        let (vfs, f) = setup();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (vfs, done) = (vfs.clone(), done.clone());
+            thread::spawn(move || {
+                vfs.rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
+                    .unwrap();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let after = done.load(Ordering::SeqCst);
+        match rcu_ino(&vfs, "p/f") {
+            Some(Ok(ino)) => {
+                assert_eq!(ino, f);
+                assert!(!after, "path through the old directory name resolved");
+            }
+            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
+            None => {}
+        }
+        t.join().unwrap();
+    });
+}
