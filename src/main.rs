@@ -1,3 +1,14 @@
+//! The `dcache` binary: everything lives in the library's `cli` module.
+
+#[cfg(not(loom))]
 fn main() {
-    println!("dcache");
+    std::process::exit(dcache::cli::main(std::env::args_os()));
+}
+
+/// Built with `--cfg loom` only for the model-checking tests: the CLI's
+/// threads and atomics would be loom's, which only run inside a model.
+#[cfg(loom)]
+fn main() {
+    eprintln!("dcache: this build is for loom tests; rebuild without --cfg loom");
+    std::process::exit(2);
 }
