@@ -2,12 +2,20 @@
 //!
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
 //! - [`fs`]: the backend contract and the backends.
-//! - [`fuse`]: `dcache mount`, serving a backend through FUSE.
+//! - `fuse`: `dcache mount`, serving a backend through FUSE (not built
+//!   under loom).
+//! - [`layout`]: pahole-style field layouts of the hot structures.
+//! - `bench`: the will-it-scale harness behind `dcache bench` (not built
+//!   under loom, whose atomics only run inside a model).
 //!
 //! All lock-free code reaches atomics through [`sync`], so it also builds
 //! under loom (`RUSTFLAGS="--cfg loom"`).
 
+#[cfg(not(loom))]
+pub mod bench;
 pub mod cache_aligned;
+#[cfg(not(loom))]
+pub mod cli;
 pub mod dentry;
 pub mod errno;
 pub mod file;

@@ -1,33 +1,12 @@
-//! The `dcache` binary.
-
-use clap::{Parser, Subcommand};
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "dcache",
-    version,
-    about = "The Linux VFS name-lookup fast path in userspace"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Serve a backend through FUSE on MOUNTPOINT.
-    Mount(dcache::fuse::MountArgs),
-}
+//! The `dcache` binary: everything lives in the library's `cli` module.
 
 #[cfg(not(loom))]
 fn main() {
-    let cli = Cli::parse();
-    let code = match cli.command {
-        Command::Mount(a) => dcache::fuse::cli::main(a),
-    };
-    std::process::exit(code);
+    std::process::exit(dcache::cli::main(std::env::args_os()));
 }
 
+/// Built with `--cfg loom` only for the model-checking tests: the CLI's
+/// threads and atomics would be loom's, which only run inside a model.
 #[cfg(loom)]
 fn main() {
     eprintln!("dcache: this build is for loom tests; rebuild without --cfg loom");

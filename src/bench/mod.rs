@@ -1,0 +1,168 @@
+//! `dcache bench`: a will-it-scale style harness.
+//!
+//! N worker threads, pinned one per CPU, run one operation in a loop and
+//! count into their own 256-byte slot; every second the main thread reads
+//! the counters and prints `<workload> <target> <variant> <n>t: min:<ops>
+//! max:<ops> total:<ops>` (the smallest and largest per-thread count of
+//! that second, and the sum). Warm-up seconds are not counted. After every
+//! case a summary table compares variants and thread counts; `--json` and
+//! `--plot` keep the numbers.
+//!
+//! - [`workload`]: the `Workload`/`Case` traits a workload implements.
+//! - [`worker`]: the per-thread loop and counters.
+//! - [`harness`]: running one case; [`plan`]: checking a request.
+//! - [`report`], [`plot`]: the outputs. [`workloads`]: the registry.
+
+pub mod affinity;
+mod cputime;
+pub mod harness;
+pub mod plan;
+pub mod plot;
+mod progress;
+pub mod report;
+pub mod worker;
+pub mod workload;
+pub mod workloads;
+
+use std::fmt::Write as _;
+
+pub use plan::Request;
+pub use report::{RunResult, Sample};
+pub use worker::{Stop, Worker};
+pub use workload::{Case, CaseSpec, Driver, Options, Workload};
+
+use progress::Progress;
+
+/// Why a bench ended badly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BenchError {
+    /// The request itself was wrong (exit status 2); nothing ran.
+    Usage(String),
+    /// Something failed while running or writing results (exit status 1).
+    Failed(String),
+}
+
+impl std::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchError::Usage(m) | BenchError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+/// `dcache bench --list`: every workload with its variants and targets.
+pub fn list() -> String {
+    let mut out = String::new();
+    for w in workloads::REGISTRY {
+        let _ = writeln!(out, "{:<18} {}", w.name(), w.about());
+        let _ = writeln!(
+            out,
+            "{:<18} variants: {}; targets: {}",
+            "",
+            w.variants().join(", "),
+            w.targets().join(", ")
+        );
+    }
+    out
+}
+
+/// Run what `req` asks for, printing per-second lines and the summary on
+/// stdout. Returns the results of every case that ran.
+pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
+    let cpus = affinity::allowed_cpus();
+    let plan = plan::plan(req, cpus.len()).map_err(BenchError::Usage)?;
+    let progress = Progress::new(plan.planned_ticks());
+
+    let max_threads = plan
+        .steps
+        .iter()
+        .flat_map(|s| s.threads.iter().copied())
+        .max()
+        .unwrap_or(1);
+    if max_threads > cpus.len() {
+        progress.eprintln(&format!(
+            "dcache: warning: up to {max_threads} threads on {} CPUs: pinning wraps around",
+            cpus.len()
+        ));
+    }
+    if plan.tour {
+        progress.println(&format!(
+            "dcache bench tour: {} cases, about {:.0} s (threads {:?}, {} CPUs)",
+            plan.steps.iter().map(|s| s.cases()).sum::<usize>(),
+            plan.planned_seconds(),
+            plan.steps
+                .first()
+                .map(|s| s.threads.clone())
+                .unwrap_or_default(),
+            cpus.len()
+        ));
+    }
+
+    let mut all: Vec<RunResult> = Vec::new();
+    let mut tables = String::new();
+    let mut errors: Vec<String> = Vec::new();
+    for step in &plan.steps {
+        let mut runs: Vec<RunResult> = Vec::new();
+        for target in &step.targets {
+            for variant in &step.variants {
+                for &threads in &step.threads {
+                    let spec = CaseSpec {
+                        target,
+                        variant,
+                        threads,
+                        options: &plan.options,
+                    };
+                    let out =
+                        harness::run_case(step.workload, &spec, step.timing, &cpus, &progress);
+                    for w in &out.warnings {
+                        progress.eprintln(&format!("dcache: warning: {w}"));
+                    }
+                    for e in &out.errors {
+                        progress.eprintln(&format!("dcache: {e}"));
+                    }
+                    // The tour goes on past a case this machine cannot
+                    // host (no /dev/shm, no FUSE); anything else counts.
+                    if out.result.is_some() || !plan.tour {
+                        errors.extend(out.errors);
+                    }
+                    if let Some(mut r) = out.result {
+                        if plan.tour {
+                            r.workload = Some(step.workload.name().to_string());
+                        }
+                        runs.push(r);
+                    }
+                }
+            }
+        }
+        if !runs.is_empty() {
+            let base = step.variants[0];
+            tables.push_str(&report::summary_table(step.workload.name(), &runs, base));
+            tables.push('\n');
+        }
+        all.extend(runs);
+    }
+    progress.finish();
+    progress.println(&format!("\n{}", tables.trim_end()));
+
+    let label = match (&plan.tour, plan.steps.first()) {
+        (false, Some(s)) => s.workload.name(),
+        _ => "tour",
+    };
+    if let Some(path) = &plan.json {
+        report::write_atomically(path, &report::to_json(label, cpus.len(), &all))
+            .map_err(BenchError::Failed)?;
+    }
+    if let Some(path) = &plan.plot {
+        if let Some(warning) = plot::write_plot(path, label, &all).map_err(BenchError::Failed)? {
+            progress.eprintln(&format!("dcache: warning: {warning}"));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(BenchError::Failed(format!(
+            "{} problem(s), first: {}",
+            errors.len(),
+            errors[0]
+        )));
+    }
+    Ok(all)
+}

@@ -1,0 +1,352 @@
+//! Results: the per-second samples, the summary table, the JSON file.
+//!
+//! The JSON schema is fixed (other tools read these names):
+//! `{"workload", "cpus", "runs": [{"target", "variant", "threads", "seconds",
+//! "ops_per_sec", "per_second": [{"min", "max", "total"}]}]}`. When one
+//! invocation runs several workloads (the default tour), the top-level
+//! `workload` is `"tour"` and every run carries its own `"workload"` too.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// One second of one run: the smallest and largest per-thread operation
+/// count of that second, and their sum over all threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sample {
+    pub min: u64,
+    pub max: u64,
+    pub total: u64,
+}
+
+impl Sample {
+    /// Summarise one second's per-thread increments.
+    pub fn from_deltas(deltas: &[u64]) -> Sample {
+        Sample {
+            min: deltas.iter().copied().min().unwrap_or(0),
+            max: deltas.iter().copied().max().unwrap_or(0),
+            total: deltas.iter().sum(),
+        }
+    }
+}
+
+/// One measured case.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunResult {
+    /// Only written when the file holds several workloads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    pub target: String,
+    pub variant: String,
+    pub threads: usize,
+    pub seconds: u64,
+    pub ops_per_sec: f64,
+    pub per_second: Vec<Sample>,
+    /// Share of the measured wall time the workers were on a CPU (not in
+    /// the JSON, whose schema is fixed; shown in the summary table).
+    #[serde(skip)]
+    pub cpu_util: Option<f64>,
+}
+
+/// The mean of the seconds' totals (0 when there are none).
+pub fn mean_total(samples: &[Sample]) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.iter().map(|s| s.total as f64).sum::<f64>() / samples.len() as f64
+}
+
+/// `ops_per_sec` of this run divided by that of the 1-thread run with the
+/// same workload, target and variant.
+pub fn scaling(runs: &[RunResult], run: &RunResult) -> Option<f64> {
+    let base = runs.iter().find(|r| {
+        r.threads == 1
+            && r.workload == run.workload
+            && r.target == run.target
+            && r.variant == run.variant
+    })?;
+    ratio(run.ops_per_sec, base.ops_per_sec)
+}
+
+/// `ops_per_sec` of this run divided by that of the run of `base_variant`
+/// with the same workload, target and threads.
+pub fn ratio_vs(runs: &[RunResult], run: &RunResult, base_variant: &str) -> Option<f64> {
+    let base = runs.iter().find(|r| {
+        r.variant == base_variant
+            && r.workload == run.workload
+            && r.target == run.target
+            && r.threads == run.threads
+    })?;
+    ratio(run.ops_per_sec, base.ops_per_sec)
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0 && a.is_finite()).then(|| a / b)
+}
+
+/// Operations per second in a short human form: 1234 -> "1.23k".
+pub fn si(v: f64) -> String {
+    let (div, suffix) = if v >= 1e9 {
+        (1e9, "G")
+    } else if v >= 1e6 {
+        (1e6, "M")
+    } else if v >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    format!("{:.2}{suffix}", v / div)
+}
+
+/// The mean over the measured seconds of the slowest thread's count: with
+/// ops/s per thread it shows whether threads shared the work fairly (a
+/// starved thread, or a thread that lost its CPU to another process).
+pub fn mean_min(samples: &[Sample]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    Some(samples.iter().map(|s| s.min as f64).sum::<f64>() / samples.len() as f64)
+}
+
+const COLUMNS: usize = 9;
+
+/// The summary table of the runs of one workload. `base_variant` is the
+/// variant ratios are taken against (the first one that was run).
+///
+/// Besides the ratios: `min/thread` is the slowest thread's mean ops/s
+/// (fairness), `cpu` the share of the measured time the workers were
+/// actually on a CPU (below ~95% the machine was busy with something else
+/// and the numbers are suspect).
+pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> String {
+    let header = [
+        "target".to_string(),
+        "variant".to_string(),
+        "threads".to_string(),
+        "ops/s".to_string(),
+        "ops/s/thread".to_string(),
+        "min/thread".to_string(),
+        "cpu".to_string(),
+        "scaling".to_string(),
+        format!("vs {base_variant}"),
+    ];
+    let mut rows: Vec<[String; COLUMNS]> = vec![header];
+    for r in runs {
+        let per_thread = r.ops_per_sec / r.threads.max(1) as f64;
+        let fmt_x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+        rows.push([
+            r.target.clone(),
+            r.variant.clone(),
+            r.threads.to_string(),
+            si(r.ops_per_sec),
+            si(per_thread),
+            mean_min(&r.per_second).map_or("-".to_string(), si),
+            r.cpu_util
+                .map_or("-".to_string(), |u| format!("{:.0}%", u * 100.0)),
+            fmt_x(scaling(runs, r)),
+            fmt_x(ratio_vs(runs, r, base_variant)),
+        ]);
+    }
+    let mut widths = [0usize; COLUMNS];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "== {title} ==");
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (col, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if col > 0 {
+                line.push_str("  ");
+            }
+            // Names left-aligned, numbers right-aligned.
+            if col < 2 {
+                let _ = write!(line, "{cell:<w$}");
+            } else {
+                let _ = write!(line, "{cell:>w$}");
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+        if i == 0 {
+            let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    let starved = runs
+        .iter()
+        .filter(|r| r.cpu_util.is_some_and(|u| u < STARVED))
+        .count();
+    if starved > 0 {
+        let _ = writeln!(
+            out,
+            "note: {starved} run(s) had their CPUs less than {:.0}% of the time (cpu): \
+             another process competed, so those numbers measure the machine's load too",
+            STARVED * 100.0
+        );
+    }
+    out
+}
+
+/// Below this CPU share a run is flagged as disturbed.
+const STARVED: f64 = 0.9;
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    workload: &'a str,
+    cpus: usize,
+    runs: &'a [RunResult],
+}
+
+/// The JSON document for `runs`. `workload` is the workload's name, or
+/// `"tour"` when the runs span several workloads (each run then names its
+/// own).
+pub fn to_json(workload: &str, cpus: usize, runs: &[RunResult]) -> String {
+    let doc = JsonReport {
+        workload,
+        cpus,
+        runs,
+    };
+    // Serialising plain structs of strings and numbers cannot fail, but a
+    // NaN would become null rather than an error; ops_per_sec is never NaN.
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Write `text` to `path` through a temporary file and a rename, so a reader
+/// never sees half a file.
+pub fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(variant: &str, threads: usize, ops: f64) -> RunResult {
+        RunResult {
+            workload: None,
+            target: "lib".into(),
+            variant: variant.into(),
+            threads,
+            seconds: 1,
+            ops_per_sec: ops,
+            per_second: vec![],
+            cpu_util: None,
+        }
+    }
+
+    #[test]
+    fn sample_takes_min_max_and_sum() {
+        let s = Sample::from_deltas(&[5, 2, 9]);
+        assert_eq!(
+            s,
+            Sample {
+                min: 2,
+                max: 9,
+                total: 16
+            }
+        );
+        assert_eq!(Sample::from_deltas(&[]), Sample::default());
+    }
+
+    #[test]
+    fn mean_is_over_the_totals() {
+        let s = |total| Sample {
+            min: 0,
+            max: 0,
+            total,
+        };
+        assert_eq!(mean_total(&[s(10), s(20), s(60)]), 30.0);
+        assert_eq!(mean_total(&[]), 0.0);
+        assert_eq!(mean_min(&[s(1), s(2)]), Some(0.0));
+        let m = |min| Sample {
+            min,
+            max: 0,
+            total: 0,
+        };
+        assert_eq!(mean_min(&[m(4), m(8)]), Some(6.0));
+        assert_eq!(mean_min(&[]), None);
+    }
+
+    #[test]
+    fn scaling_is_against_one_thread_of_the_same_variant() {
+        let runs = vec![
+            run("a", 1, 100.0),
+            run("a", 2, 190.0),
+            run("b", 1, 50.0),
+            run("b", 2, 200.0),
+        ];
+        assert_eq!(scaling(&runs, &runs[1]), Some(1.9));
+        assert_eq!(scaling(&runs, &runs[3]), Some(4.0));
+        assert_eq!(scaling(&runs, &runs[0]), Some(1.0));
+        // No 1-thread run of that variant: no scaling.
+        let only2 = vec![run("a", 2, 10.0)];
+        assert_eq!(scaling(&only2, &only2[0]), None);
+    }
+
+    #[test]
+    fn ratio_is_against_the_base_variant_at_the_same_threads() {
+        let mut runs = vec![run("a", 2, 200.0), run("b", 2, 50.0), run("b", 1, 70.0)];
+        assert_eq!(ratio_vs(&runs, &runs[1], "a"), Some(0.25));
+        assert_eq!(ratio_vs(&runs, &runs[0], "a"), Some(1.0));
+        assert_eq!(ratio_vs(&runs, &runs[2], "a"), None);
+        // Other targets do not count as a base.
+        runs[0].target = "kernel".into();
+        assert_eq!(ratio_vs(&runs, &runs[1], "a"), None);
+        // A zero base gives no ratio rather than infinity.
+        let zero = vec![run("a", 1, 0.0), run("b", 1, 5.0)];
+        assert_eq!(ratio_vs(&zero, &zero[1], "a"), None);
+    }
+
+    #[test]
+    fn table_has_one_row_per_run_and_the_ratios() {
+        let mut runs = vec![run("a", 1, 1000.0), run("b", 1, 500.0)];
+        runs[1].cpu_util = Some(0.5);
+        let t = summary_table("w", &runs, "a");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "== w ==");
+        assert!(lines[1].contains("vs a"));
+        assert_eq!(lines.len(), 6);
+        assert!(lines[4].contains("500.00"));
+        assert!(lines[4].ends_with("0.50x"));
+        assert!(lines[4].contains(" 50% "), "{t}");
+        assert!(lines[3].contains(" - "), "{t}");
+        assert!(lines[5].starts_with("note: 1 run(s)"), "{t}");
+    }
+
+    #[test]
+    fn si_suffixes() {
+        assert_eq!(si(12.0), "12.00");
+        assert_eq!(si(1234.0), "1.23k");
+        assert_eq!(si(45_600_000.0), "45.60M");
+        assert_eq!(si(2.5e9), "2.50G");
+    }
+
+    #[test]
+    fn json_has_the_schema_names() {
+        let mut r = run("a", 1, 3.0);
+        r.per_second = vec![Sample {
+            min: 1,
+            max: 2,
+            total: 3,
+        }];
+        let v: serde_json::Value = serde_json::from_str(&to_json("w", 2, &[r])).unwrap();
+        assert_eq!(v["workload"], "w");
+        assert_eq!(v["cpus"], 2);
+        let run = &v["runs"][0];
+        assert!(run.get("workload").is_none());
+        for k in ["target", "variant", "threads", "seconds", "ops_per_sec"] {
+            assert!(run.get(k).is_some(), "{k}");
+        }
+        assert_eq!(run["per_second"][0]["total"], 3);
+        assert!(run["ops_per_sec"].is_f64());
+    }
+}

@@ -1,0 +1,272 @@
+//! The `dcache` binary end to end, with tiny settings (one measured second,
+//! no warm-up, one thread): exit codes, the per-second line format, the
+//! JSON schema other tools read, and one-line errors for bad input.
+#![cfg(not(loom))]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn dcache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dcache"))
+        .args(args)
+        .output()
+        .expect("run dcache")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `<workload> <target> <variant> <n>t: min:<a> max:<b> total:<c>`, parsed.
+fn per_second_line(line: &str) -> Option<(String, String, String, usize, [u64; 3])> {
+    let (head, counts) = line.split_once(": ")?;
+    let head: Vec<&str> = head.split(' ').collect();
+    let [w, t, v, n] = head[..] else { return None };
+    let n: usize = n.strip_suffix('t')?.parse().ok()?;
+    let mut vals = [0u64; 3];
+    let parts: Vec<&str> = counts.split(' ').collect();
+    if parts.len() != 3 {
+        return None;
+    }
+    for ((part, key), val) in parts.iter().zip(["min:", "max:", "total:"]).zip(&mut vals) {
+        *val = part.strip_prefix(key)?.parse().ok()?;
+    }
+    Some((w.into(), t.into(), v.into(), n, vals))
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn lockref_run_prints_seconds_table_and_exact_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let o = dcache(&[
+        "bench",
+        "lockref",
+        "--seconds",
+        "2",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--variant",
+        "linux,dcache",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    for (w, t, _, n, [min, max, total]) in &lines {
+        assert_eq!((w.as_str(), t.as_str(), *n), ("lockref", "lib", 1));
+        // One thread: its count is the min, the max and the total.
+        assert!(min == max && max == total && *total > 0);
+    }
+    assert_eq!(lines[0].2, "linux");
+    assert_eq!(lines[3].2, "dcache");
+    assert!(out.contains("== lockref =="), "{out}");
+    assert!(out.contains("vs linux"), "{out}");
+
+    let v = read_json(&json);
+    assert_eq!(keys(&v), ["cpus", "runs", "workload"]);
+    assert_eq!(v["workload"], "lockref");
+    assert!(v["cpus"].as_u64().unwrap() >= 1);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (run, variant) in runs.iter().zip(["linux", "dcache"]) {
+        assert_eq!(
+            keys(run),
+            [
+                "ops_per_sec",
+                "per_second",
+                "seconds",
+                "target",
+                "threads",
+                "variant"
+            ]
+        );
+        assert_eq!(run["variant"], variant);
+        assert_eq!(run["target"], "lib");
+        assert_eq!(run["threads"], 1);
+        assert_eq!(run["seconds"], 2);
+        let secs = run["per_second"].as_array().unwrap();
+        assert_eq!(secs.len(), 2);
+        let mut sum = 0.0;
+        for s in secs {
+            assert_eq!(keys(s), ["max", "min", "total"]);
+            sum += s["total"].as_u64().unwrap() as f64;
+        }
+        // ops_per_sec is the mean of the measured seconds' totals.
+        assert_eq!(run["ops_per_sec"].as_f64().unwrap(), sum / 2.0);
+    }
+    // The printed lines are the JSON's seconds.
+    let first = &runs[0]["per_second"][0];
+    assert_eq!(first["total"].as_u64().unwrap(), lines[0].4[2]);
+    // No temporary file is left next to the result.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn intruder_and_herd_run_and_keep_the_count_balanced() {
+    // A lost update would make the case's teardown fail the run (exit 1).
+    for w in ["lockref-intruder", "lockref-herd"] {
+        let o = dcache(&[
+            "bench",
+            w,
+            "--seconds",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "2",
+            "--variant",
+            "dcache,linux,spinwait,waiman",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{w}: {}", stderr(&o));
+        let n = stdout(&o)
+            .lines()
+            .filter_map(per_second_line)
+            .filter(|l| l.0 == w && l.3 == 2)
+            .count();
+        assert_eq!(n, 4, "{w}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn tour_labels_runs_with_their_workload_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("t.json");
+    let svg = dir.path().join("t.svg");
+    let o = dcache(&[
+        "bench",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--variant",
+        "linux",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = read_json(&json);
+    assert_eq!(v["workload"], "tour");
+    let names: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lockref", "lockref-intruder", "lockref-herd"]);
+    let out = stdout(&o);
+    for w in names {
+        assert!(out.contains(&format!("== {w} ==")), "{out}");
+    }
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg"));
+}
+
+/// Every bad request: exit 2, exactly one line on stderr naming the problem,
+/// nothing on stdout, no file written.
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let as_dir = dir.path().to_str().unwrap().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "nosuch"], "unknown workload 'nosuch'"),
+        (
+            &["bench", "lockref", "--variant", "fast"],
+            "no variant 'fast'",
+        ),
+        (
+            &["bench", "lockref", "--target", "kernel"],
+            "no target 'kernel'",
+        ),
+        (
+            &["bench", "lockref", "--threads", "0"],
+            "threads must be at least 1",
+        ),
+        (
+            &["bench", "lockref", "--threads", "two"],
+            "bad thread count 'two'",
+        ),
+        (
+            &["bench", "lockref", "--seconds", "0"],
+            "--seconds must be at least 1",
+        ),
+        (&["bench", "lockref", "--seconds", "-1"], "--seconds"),
+        (
+            &["bench", "lockref", "--json", "/nonexistent/dir/r.json"],
+            "cannot write --json /nonexistent/dir/r.json",
+        ),
+        (&["bench", "lockref", "--json", &as_dir], "is a directory"),
+        (
+            &["bench", "lockref", "--plot", "/tmp/x.gif"],
+            ".svg or .png",
+        ),
+        (&["bench", "lockref", "--bogus"], "--bogus"),
+        (
+            &["bench", "--variant", "reffree"],
+            "no workload of the tour has variant",
+        ),
+        (
+            &["layout", "NoSuchType"],
+            "no registered type matches NoSuchType",
+        ),
+        (&["frobnicate"], "frobnicate"),
+    ];
+    for (args, want) in cases {
+        let o = dcache(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("dcache: "), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn list_and_help_exit_0() {
+    let o = dcache(&["bench", "--list"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    for w in ["lockref", "lockref-intruder", "lockref-herd"] {
+        assert!(out.lines().any(|l| l.starts_with(w)), "{out}");
+    }
+    assert!(out.contains("variants: dcache, linux, spinwait, waiman"));
+    let o = dcache(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("bench"));
+}
+
+#[test]
+fn layout_prints_the_lockref_alone_on_its_line() {
+    let o = dcache(&["layout"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("struct CacheAligned<LockRef>"), "{out}");
+    assert!(out.contains("--- cache line 0 (offset 0) ---"), "{out}");
+    assert!(out.contains("hot 0: alone on cache line 0"), "{out}");
+}
