@@ -236,12 +236,7 @@ impl DcacheFs {
     /// Plain readdir: `add(ino, offset, kind, name)` returns true when the
     /// reply is full. `ino` is the backend's inode number (no lookup is
     /// made for it); `stat` shows node ids.
-    pub fn do_readdir(
-        &self,
-        id: u64,
-        offset: u64,
-        add: &mut AddDirEntry<'_>,
-    ) -> Result<()> {
+    pub fn do_readdir(&self, id: u64, offset: u64, add: &mut AddDirEntry<'_>) -> Result<()> {
         let d = self.node(id)?;
         self.vfs
             .readdir_dentry(&d, offset, &mut |e| !add(e.ino, e.offset, e.kind, &e.name))
