@@ -88,13 +88,13 @@ impl Table {
             // Cheap rejects first, without touching d_seq.
             // Relaxed: validated by the d_seq sample below and by the caller.
             if d.d_hash_len.load(Ordering::Relaxed) == want
-                && d.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+                && std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
             {
                 let seq = d.d_seq.raw_begin();
                 if seq & 1 != 0 {
                     return RcuHit::Busy;
                 }
-                if d.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+                if std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
                     && d.d_hash_len.load(Ordering::Relaxed) == want
                     && d.name_eq(name)
                 {
@@ -157,7 +157,7 @@ impl Table {
             // SAFETY: chain members are live while we hold the bucket lock
             // (removal needs the lock; freeing waits for a grace period).
             let e = unsafe { &*p };
-            if e.d_parent.load(Ordering::Relaxed) as *const Dentry == parent
+            if std::ptr::eq(e.d_parent.load(Ordering::Relaxed), parent)
                 && e.d_hash_len.load(Ordering::Relaxed) == want
                 && e.flags() & D_KILLED == 0
                 && e.name_eq(name)

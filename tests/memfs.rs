@@ -1113,8 +1113,8 @@ fn setgid_directory_passes_group_down() {
 fn forget_changes_nothing() {
     let fs = fs();
     let ino = fs.write_file("f", b"data").unwrap();
-    fs.forget(ino);
-    fs.forget(999);
+    fs.forget(ino, 1);
+    fs.forget(999, 1);
     assert_eq!(fs.read_file("f").unwrap(), b"data");
     assert_eq!(fs.getattr(ino).unwrap().nlink, 1);
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::{Ctx, FileSystem, RenameFlags};
+use dcache::fs::{Ctx, RenameFlags};
 use dcache::{At, Errno, StatMode, Vfs};
 
 const DIRS: usize = 3;

@@ -11,7 +11,7 @@ use super::{At, Config, StatMode, Vfs};
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
 use crate::fs::{Ctx, RenameFlags};
-use crate::sync::{thread, AtomicBool, Arc, Ordering};
+use crate::sync::{thread, Arc, AtomicBool, Ordering};
 
 fn setup() -> (Arc<Vfs>, u64) {
     let fs = StdArc::new(MemFs::new());
@@ -45,9 +45,10 @@ fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
         .map(|r| r.map(|a| a.ino))
 }
 
-#[test]
-fn loom_walk_vs_rename() {
-    builder().check(|| {
+/// One walker resolving `path` against a rename of p/f to p/g; `check`
+/// judges the answer given whether the rename had finished before the walk.
+fn walk_vs_file_rename(path: &'static str, check: fn(Option<Result<u64, Errno>>, u64, bool)) {
+    builder().check(move || {
         let (vfs, f) = setup();
         let done = Arc::new(AtomicBool::new(false));
         let t = {
@@ -59,24 +60,32 @@ fn loom_walk_vs_rename() {
             })
         };
         let after = done.load(Ordering::SeqCst);
-        match rcu_ino(&vfs, "p/f") {
-            Some(Ok(ino)) => {
-                assert_eq!(ino, f);
-                assert!(!after, "old name resolved after the rename finished");
-            }
-            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
-            None => {}
-        }
-        let after = done.load(Ordering::SeqCst);
-        match rcu_ino(&vfs, "p/g") {
-            Some(Ok(ino)) => assert_eq!(ino, f),
-            Some(Err(e)) => {
-                assert_eq!(e, Errno::ENOENT);
-                assert!(!after, "new name missing after the rename finished");
-            }
-            None => {}
-        }
+        check(rcu_ino(&vfs, path), f, after);
         t.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_walk_old_name_vs_rename() {
+    walk_vs_file_rename("p/f", |r, f, after| match r {
+        Some(Ok(ino)) => {
+            assert_eq!(ino, f);
+            assert!(!after, "old name resolved after the rename finished");
+        }
+        Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
+        None => {}
+    });
+}
+
+#[test]
+fn loom_walk_new_name_vs_rename() {
+    walk_vs_file_rename("p/g", |r, f, after| match r {
+        Some(Ok(ino)) => assert_eq!(ino, f),
+        Some(Err(e)) => {
+            assert_eq!(e, Errno::ENOENT);
+            assert!(!after, "new name missing after the rename finished");
+        }
+        None => {}
     });
 }
 
