@@ -42,6 +42,30 @@ pub fn temp_dir(tag: &str) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The mount options of `dcache bench`'s FUSE targets: `fuse` sets every
+/// timeout to 0, so each `stat` reaches the daemon; `fuse-cached` keeps
+/// libfuse's defaults (1 s for names and attributes). `None` for any other
+/// target.
+pub fn target_options(target: &str) -> Option<MountOptions> {
+    let mut o = MountOptions::default();
+    match target {
+        "fuse" => o.timeouts = super::options::Timeouts::NONE,
+        "fuse-cached" => {}
+        _ => return None,
+    }
+    Some(o)
+}
+
+/// A memfs tree for bench target `target` (`fuse` or `fuse-cached`), filled
+/// by `populate` and mounted through the daemon in this process: point the
+/// kernel-target workload code at [`TempMount::path`]. `Err` is a one-line
+/// reason (FUSE unusable here, or not a FUSE target).
+pub fn mount_target(target: &str, populate: impl FnOnce(&MemFs)) -> Result<TempMount, String> {
+    let opts = target_options(target).ok_or_else(|| format!("{target} is not a FUSE target"))?;
+    available()?;
+    TempMount::memfs(&opts, populate).map_err(|e| format!("cannot mount a FUSE target: {e}"))
+}
+
 /// A memfs mounted on a temporary directory. Dropping it unmounts and
 /// removes the directory.
 pub struct TempMount {
