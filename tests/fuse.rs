@@ -538,3 +538,29 @@ fn kernfs_demo_tree() {
     assert!(d.prune().ends_with("0 nodes still referenced"));
     assert_clean_exit(d.kill_with(libc::SIGTERM));
 }
+
+#[test]
+fn bench_target_mount_in_process() {
+    if !fuse_or_skip("bench_target_mount_in_process") {
+        return;
+    }
+    assert!(dcache::fuse::testing::mount_target("lib", |_| {}).is_err());
+    for target in ["fuse", "fuse-cached"] {
+        let m = dcache::fuse::testing::mount_target(target, |fs| {
+            fs.mkdir_p("dir", 0o755).unwrap();
+            fs.write_file("dir/file", b"data").unwrap();
+        })
+        .unwrap();
+        let file = m.path().join("dir/file");
+        for _ in 0..100 {
+            assert_eq!(fs::metadata(&file).unwrap().len(), 4);
+            assert_eq!(
+                err_of(fs::metadata(m.path().join("dir/missing"))),
+                libc::ENOENT
+            );
+            drop(fs::File::open(&file).unwrap());
+        }
+        let r = m.unmount().unwrap();
+        assert_eq!((r.referenced, r.open_files), (0, 0), "{target}: {r}");
+    }
+}

@@ -44,10 +44,15 @@ pub fn temp_dir(tag: &str) -> io::Result<PathBuf> {
 
 /// The mount options of `dcache bench`'s FUSE targets: `fuse` sets every
 /// timeout to 0, so each `stat` reaches the daemon; `fuse-cached` keeps
-/// libfuse's defaults (1 s for names and attributes). `None` for any other
-/// target.
+/// libfuse's defaults (1 s for names and attributes). Both leave
+/// permission checks to the daemon as libfuse's examples do (no
+/// `default_permissions`, which with timeouts of 0 would add a GETATTR for
+/// every directory on the path). `None` for any other target.
 pub fn target_options(target: &str) -> Option<MountOptions> {
-    let mut o = MountOptions::default();
+    let mut o = MountOptions {
+        default_permissions: false,
+        ..MountOptions::default()
+    };
     match target {
         "fuse" => o.timeouts = super::options::Timeouts::NONE,
         "fuse-cached" => {}
