@@ -98,8 +98,10 @@ impl DcacheFs {
 
     /// End of session: record and log the report, give back the root.
     /// References the kernel still holds cannot be found without a node
-    /// table (by design there is none): they die with the Vfs, whose
-    /// teardown frees every cached dentry regardless of counts.
+    /// table (by design there is none), so they are not dropped one by one:
+    /// the Vfs teardown frees every hashed dentry regardless of its count.
+    /// Only an unhashed dentry the kernel still held (a file unlinked while
+    /// it was open or cached) stays allocated, until the process exits.
     fn finish(&mut self) {
         if self.report.get().is_some() {
             return;
