@@ -551,6 +551,7 @@ fn bench_target_mount_in_process() {
             fs.write_file("dir/file", b"data").unwrap();
         })
         .unwrap();
+        let done = in_process_watchdog(m.path().to_path_buf(), Duration::from_secs(120));
         let file = m.path().join("dir/file");
         for _ in 0..100 {
             assert_eq!(fs::metadata(&file).unwrap().len(), 4);
@@ -561,6 +562,7 @@ fn bench_target_mount_in_process() {
             drop(fs::File::open(&file).unwrap());
         }
         let r = m.unmount().unwrap();
+        done.store(true, Ordering::SeqCst);
         assert_eq!((r.referenced, r.open_files), (0, 0), "{target}: {r}");
     }
 }

@@ -48,6 +48,28 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// For mounts served by this very process: if `done` is not set within
+/// `limit`, detach the mount and abort the test process (closing its
+/// /dev/fuse descriptor fails every pending call), so a hang becomes a
+/// failure.
+pub fn in_process_watchdog(mnt: PathBuf, limit: Duration) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if d.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("watchdog: {} hung; aborting", mnt.display());
+        let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
+        std::process::abort();
+    });
+    done
+}
+
 /// A `dcache mount -f` child serving `mnt`.
 pub struct Daemon {
     child: Arc<Mutex<Child>>,
