@@ -15,8 +15,11 @@
 //! - [`ops`]: each request as a call on the `Vfs` relative to the parent
 //!   dentry, returning plain data; [`fs`] turns the results into replies.
 //! - [`attr`], [`access`]: attribute conversion and the `access(2)` check.
+//! - [`stats`]: what the kernel holds (nodes, lookups, open files), for the
+//!   unmount report `dcache: unmounted, N nodes still referenced`.
 //! - [`options`], [`backend`], [`cli`], [`session`]: the command line, the
-//!   mount options, the backends, and mounting, signals and unmounting.
+//!   mount options, the backends, and mounting, signals, pruning the
+//!   kernel's cache and unmounting.
 //! - [`testing`]: mount a memfs tree through the daemon for tests and
 //!   benchmarks.
 //!
@@ -24,7 +27,14 @@
 //! so `stat` through the mount shows the node id (the root shows 1). Two
 //! hard links are two dentries, so they show two inode numbers (with the
 //! right link count); tools that detect hard links by inode number treat
-//! them as separate files.
+//! them as separate files, and the kernel keeps a page cache per name.
+//! Plain readdir reports the backend's inode numbers as `d_ino` (no lookup
+//! is made for them); readdirplus reports node ids.
+//!
+//! Trust: node ids and file handles are addresses, and the kernel is
+//! trusted to send back only the ones it was given (as libfuse's low-level
+//! examples do). A forget of more references than a node was handed is
+//! refused and counted, never applied.
 
 pub mod access;
 pub mod attr;
