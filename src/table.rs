@@ -77,6 +77,19 @@ impl Table {
     /// returned is valid until that section ends.
     #[inline]
     pub(crate) fn lookup_rcu(&self, parent: *const Dentry, name: &[u8], hash: u32) -> RcuHit {
+        self.lookup_rcu_word(parent, name, hash, crate::dentry::first_word(name))
+    }
+
+    /// `lookup_rcu` with the name's first word already loaded (the walker
+    /// has it from scanning the path).
+    #[inline(always)]
+    pub(crate) fn lookup_rcu_word(
+        &self,
+        parent: *const Dentry,
+        name: &[u8],
+        hash: u32,
+        first: u64,
+    ) -> RcuHit {
         let want = hash_len(hash, name.len());
         // SeqCst: RCU-protected pointer loads (required by seize; a plain
         // load on x86).
@@ -96,7 +109,7 @@ impl Table {
                 }
                 if std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
                     && d.d_hash_len.load(Ordering::Relaxed) == want
-                    && d.name_eq(name)
+                    && d.name_eq_word(name, first)
                 {
                     return RcuHit::Found(p, seq);
                 }
