@@ -7,12 +7,18 @@
 use super::workload::Workload;
 
 mod lockref;
+mod stat;
 
 /// Every workload, in the order `dcache bench --list` shows them.
 pub static REGISTRY: &[&dyn Workload] = &[
     &lockref::LOCKREF,
     &lockref::LOCKREF_INTRUDER,
     &lockref::LOCKREF_HERD,
+    &stat::STAT_SAME,
+    &stat::STAT_SEPARATE,
+    &stat::STAT_MISSING,
+    &stat::OPEN_SAME,
+    &stat::OPEN_SEPARATE,
 ];
 
 /// The workload called `name`.
