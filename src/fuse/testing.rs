@@ -67,7 +67,7 @@ pub fn target_options(target: &str) -> Option<MountOptions> {
 /// reason (FUSE unusable here, or not a FUSE target).
 pub fn mount_target(target: &str, populate: impl FnOnce(&MemFs)) -> Result<TempMount, String> {
     let opts = target_options(target).ok_or_else(|| format!("{target} is not a FUSE target"))?;
-    available()?;
+    available().map_err(|why| format!("{target} target: FUSE unusable here ({why})"))?;
     TempMount::memfs(&opts, populate).map_err(|e| format!("cannot mount a FUSE target: {e}"))
 }
 

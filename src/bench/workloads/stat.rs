@@ -8,7 +8,10 @@
 //! Targets: `lib` walks a dcache `Vfs` over memfs; `kernel` makes the same
 //! tree on tmpfs (under /dev/shm, removed afterwards) and issues real
 //! `fstatat`/`openat` syscalls relative to the tree's directory, so both
-//! resolve the same four components.
+//! resolve the same four components. `fuse` and `fuse-cached` issue the
+//! same syscalls into the same tree on a memfs that this process serves
+//! through dcache's FUSE daemon (`fuse`: every timeout 0, so each call
+//! reaches the daemon; `fuse-cached`: libfuse's default timeouts).
 //!
 //! Variants (lib): `reffree` — dcache's stat, no reference taken, nothing
 //! shared written; `lockref` — take and drop a LockRef reference on the last
@@ -115,7 +118,7 @@ impl Workload for StatWorkload {
         VARIANTS
     }
     fn targets(&self) -> &'static [&'static str] {
-        &["lib", "kernel"]
+        &["lib", "kernel", "fuse", "fuse-cached"]
     }
     fn variants_for(&self, target: &str) -> &'static [&'static str] {
         if target == "lib" {
@@ -162,8 +165,8 @@ impl Workload for StatWorkload {
                     expect_ok,
                 }))
             }
-            ("kernel", "syscall") => {
-                let tree = ShmTree::new(&Self::files(spec.threads))?;
+            ("kernel" | "fuse" | "fuse-cached", "syscall") => {
+                let tree = Tree::new(spec.target, &Self::files(spec.threads))?;
                 let paths = paths
                     .into_iter()
                     .map(|p| CString::new(p).map_err(|e| e.to_string()))
@@ -222,7 +225,7 @@ impl Case for LibCase {
 }
 
 struct KernelCase {
-    tree: ShmTree,
+    tree: Tree,
     paths: Vec<CString>,
     op: Op,
     expect_ok: bool,
@@ -231,7 +234,7 @@ struct KernelCase {
 impl KernelCase {
     #[inline(always)]
     fn once(&self, path: &CString) -> i32 {
-        let dir = self.tree.dir.as_raw_fd();
+        let dir = self.tree.dir();
         match self.op {
             Op::Stat => {
                 let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -267,6 +270,75 @@ impl Case for KernelCase {
 
     fn teardown(self: Box<Self>) -> Result<(), String> {
         self.tree.remove()
+    }
+}
+
+/// Where the syscall cases find their tree.
+enum Tree {
+    Shm(ShmTree),
+    Fuse(FuseTree),
+}
+
+impl Tree {
+    fn new(target: &str, files: &[String]) -> Result<Tree, String> {
+        match target {
+            "kernel" => ShmTree::new(files).map(Tree::Shm),
+            t => FuseTree::new(t, files).map(Tree::Fuse),
+        }
+    }
+
+    fn dir(&self) -> std::os::fd::RawFd {
+        match self {
+            Tree::Shm(t) => t.dir.as_raw_fd(),
+            Tree::Fuse(t) => t.dir.as_raw_fd(),
+        }
+    }
+
+    fn remove(self) -> Result<(), String> {
+        match self {
+            Tree::Shm(t) => t.remove(),
+            Tree::Fuse(t) => t.remove(),
+        }
+    }
+}
+
+/// The tree on a memfs served through dcache's FUSE daemon in this process
+/// (see `fuse::testing::mount_target`); unmounted on teardown (or drop).
+struct FuseTree {
+    dir: OwnedFd,
+    mount: crate::fuse::testing::TempMount,
+}
+
+impl FuseTree {
+    fn new(target: &str, files: &[String]) -> Result<FuseTree, String> {
+        let mut made = Ok(());
+        let mount = crate::fuse::testing::mount_target(target, |fs| {
+            made = fs.mkdir_p("a/b/c", 0o755).and_then(|_| {
+                files
+                    .iter()
+                    .try_for_each(|f| fs.write_file(f, b"0123456789").map(|_| ()))
+            });
+        })?;
+        made.map_err(|e| format!("{target} target: cannot build the tree: {e}"))?;
+        let dir = std::fs::File::open(mount.path())
+            .map_err(|e| format!("{target} target: cannot open the mount: {e}"))?;
+        Ok(FuseTree {
+            dir: dir.into(),
+            mount,
+        })
+    }
+
+    /// Unmount; a node the kernel still held after pruning is an error.
+    fn remove(self) -> Result<(), String> {
+        drop(self.dir);
+        let r = self
+            .mount
+            .unmount()
+            .map_err(|e| format!("cannot unmount the FUSE target: {e}"))?;
+        if r.referenced > 0 || r.open_files > 0 {
+            return Err(format!("FUSE target at unmount: {r}"));
+        }
+        Ok(())
     }
 }
 
@@ -334,7 +406,7 @@ mod tests {
     use crate::bench::workload::Options;
 
     #[test]
-    fn every_workload_prepares_on_lib_and_kernel() {
+    fn every_workload_prepares_on_every_target() {
         let opts = Options::default();
         for w in [
             &STAT_SAME,
@@ -354,6 +426,7 @@ mod tests {
                     match w.prepare(&spec) {
                         Ok(c) => c.teardown().unwrap(),
                         Err(e) if *t == "kernel" && e.contains("/dev/shm") => {}
+                        Err(e) if t.starts_with("fuse") && e.contains("FUSE unusable") => {}
                         Err(e) => panic!("{} {t} {v}: {e}", w.name()),
                     }
                 }
