@@ -39,7 +39,7 @@ fn lookup(fs: &DcacheFs, parent: u64, name: &str) -> u64 {
 }
 
 #[test]
-fn each_lookup_hands_out_one_reference() {
+fn lookups_are_counted_and_pin_the_node_once() {
     let fs = fs_with(|m| {
         m.mkdir_p("d", 0o755).unwrap();
         m.write_file("d/f", b"x").unwrap();
@@ -52,15 +52,25 @@ fn each_lookup_hands_out_one_reference() {
     let f = lookup(&fs, d1, "f");
     let r = fs.stats().report();
     assert_eq!((r.referenced, r.lookups), (2, 3));
+    // However often the kernel looks a node up, it pins the dentry with
+    // one reference (here: the kernel's and the one this lookup holds).
+    for _ in 0..5 {
+        lookup(&fs, d1, "f");
+    }
+    let probe = fs.vfs().lookup(dcache::At::Root, "d/f", false).unwrap();
+    assert_eq!(probe.count(), 2);
+    drop(probe);
     // A missing name is a negative answer, with nothing handed out.
     assert_eq!(fs.do_lookup(d1, b"nope").unwrap(), None);
-    assert_eq!(fs.stats().report().lookups, 3);
+    assert_eq!(fs.stats().report().lookups, 8);
     // getattr through the node id.
     let a = fs.do_getattr(f).unwrap();
     assert_eq!((a.kind, a.size), (FileType::Regular, 1));
     assert_eq!(fs.do_getattr(ROOT).unwrap().kind, FileType::Directory);
 
-    fs.do_forget(f, 1);
+    fs.do_forget(f, 3);
+    assert_eq!(fs.stats().report().referenced, 2, "f still held");
+    fs.do_forget(f, 3);
     fs.do_forget(d1, 2);
     let r = fs.stats().report();
     assert_eq!((r.referenced, r.lookups, r.bad_forgets), (0, 0, 0));
@@ -127,7 +137,7 @@ fn readdirplus_counts_only_the_entries_that_fit() {
     assert_eq!(got[0].2, ".");
     assert_eq!(got[0].0, ROOT);
     assert_eq!(got[1].2, "..");
-    // Three files made it into the "reply": three references.
+    // Three files made it into the "reply": three lookups counted.
     assert_eq!(fs.stats().report().lookups, 3);
     // Continue after the last one.
     let last = got.last().unwrap().1;

@@ -4,12 +4,13 @@
 //!
 //! - [`nodes`]: FUSE node ids *are* dentries. A node id is the address of a
 //!   dentry; every successful entry reply (lookup, create, mknod, mkdir,
-//!   symlink, link, readdirplus) hands the kernel one counted dentry
-//!   reference, and `forget(id, n)` gives `n` of them back. No node table,
-//!   no lock: a lookup that races a forget takes its own reference through
-//!   the dentry's lockref, so a node is freed exactly once, when the last
-//!   kernel and cache reference is gone, and never while a lookup can still
-//!   return it.
+//!   symlink, link, readdirplus) adds one to the kernel's lookup count kept
+//!   in the dentry, and `forget(id, n)` subtracts `n`; while the count is
+//!   above zero the dentry holds one counted reference for the kernel. No
+//!   node table, no lock: a lookup that races a forget takes its own
+//!   reference through the dentry's lockref, so a node is freed exactly
+//!   once, when the last kernel and cache reference is gone, and never while
+//!   a lookup can still return it.
 //! - [`handles`]: an open file's FUSE handle is the address of a boxed
 //!   [`OpenFile`](crate::OpenFile).
 //! - [`ops`]: each request as a call on the `Vfs` relative to the parent

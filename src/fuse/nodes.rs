@@ -3,17 +3,28 @@
 //! The kernel names a node by a 64-bit id it got from us in an entry reply,
 //! and counts how many such replies it received (its `nlookup`); when it
 //! drops the node it sends `forget(id, nlookup)`. Here the id is the
-//! dentry's address and each entry reply carries one counted reference
-//! ([`DentryRef::into_raw`]): the kernel's lookup count *is* part of the
-//! dentry's lockref count. So
+//! dentry's address, and the kernel's lookup count lives in the dentry's
+//! `d_fsdata` word (unused otherwise: backends never see dentries). While
+//! that count is above zero the dentry carries one counted reference on the
+//! kernel's behalf:
 //!
-//! - a lookup that finds a node the kernel is forgetting takes its own
-//!   reference with `get_not_dead` (or falls back and allocates a fresh
-//!   dentry if the old one died), and the forget drops only the references
-//!   it names: the node stays alive for the new reply;
-//! - a forgotten node is freed by the `dput` that drops its last reference,
-//!   once, and only after every lookup that could return it has its own
-//!   reference or has moved on.
+//! - every entry reply starts from a reference the lookup took itself
+//!   (`get_not_dead` on a cached dentry, or a fresh one); it adds one to the
+//!   lookup count, and keeps its reference for the kernel if the count was
+//!   0, else drops it;
+//! - `forget(id, n)` subtracts `n` and drops the kernel's reference if that
+//!   brought the count to 0.
+//!
+//! The two read-modify-writes on one word are totally ordered, so a lookup
+//! racing the forget that empties a node either comes first (the forget
+//! sees a count above `n` and keeps the reference) or second (it finds 0
+//! and keeps its own); in both cases the node stays alive for the new
+//! reply. A forgotten node is freed by the `dput` that drops its last
+//! reference, once, and never while a lookup can still return it (the
+//! lockref and `d_seq` make a lookup that meets a dying dentry fall back).
+//! One reference per node, not one per lookup, because the kernel's count
+//! is 64 bits and a lockref's 32: a node revalidated for hours under
+//! `timeout=0` passes 2^31 lookups without ever being forgotten.
 //!
 //! While the kernel holds a node it may send requests naming it; those
 //! borrow the dentry without touching its count ([`Nodes::borrow`]). The
@@ -24,13 +35,8 @@
 //! The root is FUSE_ROOT_ID (1), never counted by the kernel; we hold one
 //! reference on it for the whole mount.
 //!
-//! For the unmount report each dentry also keeps the kernel's lookup count
-//! in its `d_fsdata` word (unused otherwise: backends never see dentries),
-//! so the nodes the kernel still holds are counted exactly, and a forget of
-//! more than was handed out is refused instead of freeing a live dentry.
-//! `d_fsdata` shares a cache line with the tail of the inline name, so this
-//! costs FUSE lookups and forgets one write there; library lookups never
-//! write it.
+//! `d_fsdata` shares a cache line with the tail of the inline name, so FUSE
+//! lookups and forgets write there once each; library lookups never do.
 
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
@@ -110,9 +116,9 @@ impl Nodes {
         Ok(Node(ManuallyDrop::new(unsafe { vfs.dentry_from_raw(p) })))
     }
 
-    /// Give the kernel one counted reference: the id for an entry reply.
-    /// A negative dentry is refused (ENOENT): the kernel only counts
-    /// positive entries.
+    /// Count one more kernel lookup of `d`: the id for an entry reply. A
+    /// negative dentry is refused (ENOENT): the kernel only counts positive
+    /// entries.
     pub fn hand_out(&self, d: DentryRef<'_>) -> Result<u64> {
         if d.is_negative() {
             return Err(Errno::ENOENT);
@@ -122,49 +128,53 @@ impl Nodes {
             // The root is held for the whole mount and never forgotten.
             return Ok(ROOT_ID);
         }
-        // Relaxed (all three): counts for the report (see stats.rs); they
-        // guard no memory. The per-dentry count's RMWs are totally ordered
-        // among themselves, so a hand-out racing the forget that empties it
-        // moves the node count the right way either way round.
+        // Relaxed: the lookup count only decides which thread owns the
+        // kernel's reference (module docs); the RMWs on it are totally
+        // ordered, and the reference's own get/put carry the ordering that
+        // protects the dentry. The stats are statistics (stats.rs).
         if d.dentry().d_fsdata.fetch_add(1, Ordering::Relaxed) == 0 {
             self.stats.kernel_nodes.fetch_add(1, Ordering::Relaxed);
+            // Our reference becomes the kernel's.
+            let _ = d.into_raw();
         }
+        // Otherwise the kernel's reference already pins the node and `d`
+        // is dropped here.
         self.stats.kernel_refs.fetch_add(1, Ordering::Relaxed);
-        let _ = d.into_raw();
         Ok(id)
     }
 
-    /// The kernel forgot `n` lookups of node `id`: drop that many references.
+    /// The kernel forgot `n` lookups of node `id`; at zero, drop its
+    /// reference. A forget of more than the count is refused and counted.
     ///
     /// # Safety
-    /// As for [`Nodes::borrow`], and the kernel received at least `n` entry
-    /// replies for `id` that it has not forgotten yet.
+    /// As for [`Nodes::borrow`]: `id` came from `hand_out` and the kernel
+    /// has not forgotten all of it yet.
     pub unsafe fn forget(&self, vfs: &Vfs, id: u64, n: u64) {
         if id == ROOT_ID || id == 0 || n == 0 {
             return;
         }
-        // SAFETY: the kernel still holds n >= 1 references on the dentry
-        // (caller's contract), so it is alive.
+        // SAFETY: the kernel's count is not zero yet (caller's contract),
+        // so its reference keeps the dentry alive.
         let d = unsafe { &*(id as *const Dentry) };
         // Relaxed: see hand_out. Subtract only what is there.
         let taken = d
             .d_fsdata
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(n));
         match taken {
-            Ok(prev) if prev == n => {
-                self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
+            Ok(prev) => {
+                self.stats.kernel_refs.fetch_sub(n, Ordering::Relaxed);
+                if prev == n {
+                    self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
+                    // SAFETY: the count went from n to 0, so this thread
+                    // owns the kernel's reference (taken by into_raw in
+                    // hand_out at the 0 -> 1 step) and re-owns it once;
+                    // dropping it is the dput.
+                    drop(unsafe { vfs.dentry_from_raw(id as *const Dentry) });
+                }
             }
-            Ok(_) => {}
             Err(_) => {
                 self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
-                return;
             }
-        }
-        self.stats.kernel_refs.fetch_sub(n, Ordering::Relaxed);
-        for _ in 0..n {
-            // SAFETY: each of the n references was handed out by into_raw
-            // and is re-owned exactly once here; dropping it is the dput.
-            drop(unsafe { vfs.dentry_from_raw(id as *const Dentry) });
         }
     }
 

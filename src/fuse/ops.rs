@@ -3,8 +3,8 @@
 //! data; [`super::fs`] turns them into replies. A borrowed node is never
 //! used after its handler returns (see [`super::nodes`]).
 //!
-//! An entry result `(id, Attr)` has already handed the kernel one counted
-//! reference: the caller must deliver it in a reply.
+//! An entry result `(id, Attr)` has already counted one kernel lookup of
+//! the node: the caller must deliver it in a reply.
 
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, FileType, RenameFlags, SetAttr, StatFs};
@@ -40,7 +40,7 @@ impl DcacheFs {
         unsafe { self.nodes.borrow(&self.vfs, id) }
     }
 
-    /// Hand `d` to the kernel for an entry reply.
+    /// Count a kernel lookup of `d` for an entry reply.
     fn entry(&self, d: DentryRef<'_>) -> Result<Entry> {
         let a = self.vfs.getattr_dentry(&d)?;
         let id = self.nodes.hand_out(d)?;
@@ -242,10 +242,10 @@ impl DcacheFs {
             .readdir_dentry(&d, offset, &mut |e| !add(e.ino, e.offset, e.kind, &e.name))
     }
 
-    /// readdirplus: like readdir, with each entry looked up and handed to
-    /// the kernel as if by `lookup` (one counted reference per entry that
-    /// fits in the reply; `.` and `..` are not counted by the kernel and
-    /// get none). `add(id, offset, name, attr)` returns true when full.
+    /// readdirplus: like readdir, with each entry looked up and counted as
+    /// a kernel lookup, as by `lookup` (only entries that fit in the reply;
+    /// `.` and `..` are not counted by the kernel and get none).
+    /// `add(id, offset, name, attr)` returns true when full.
     pub fn do_readdirplus(
         &self,
         id: u64,
