@@ -6,6 +6,8 @@
 
 use super::workload::Workload;
 
+pub mod dup;
+pub mod kernfs;
 mod lockref;
 
 /// Every workload, in the order `dcache bench --list` shows them.
@@ -13,6 +15,9 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &lockref::LOCKREF,
     &lockref::LOCKREF_INTRUDER,
     &lockref::LOCKREF_HERD,
+    &kernfs::KERNFS_FILES,
+    &kernfs::KERNFS_MISSING,
+    &dup::DUP_CLOSE,
 ];
 
 /// The workload called `name`.
