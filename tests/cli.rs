@@ -259,6 +259,7 @@ fn list_and_help_exit_0() {
         "kernfs-files",
         "kernfs-missing",
         "dup-close",
+        "file-sharing",
     ] {
         assert!(out.lines().any(|l| l.starts_with(w)), "{out}");
     }
@@ -369,18 +370,25 @@ fn kernfs_workloads_print_fox_chen_lines_and_json() {
 
 #[test]
 fn dup_close_runs_on_lib_and_kernel() {
-    let o = dcache(&[
-        "bench",
-        "dup-close",
-        "--seconds",
-        "1",
-        "--warmup",
-        "0",
-        "--threads",
-        "2",
-        "--target",
-        "lib,kernel",
-    ]);
+    let child = Command::new(env!("CARGO_BIN_EXE_dcache"))
+        .args([
+            "bench",
+            "dup-close",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "2",
+            "--target",
+            "lib,kernel",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run dcache");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait for dcache");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
@@ -397,13 +405,14 @@ fn dup_close_runs_on_lib_and_kernel() {
     );
     assert!(lines.iter().all(|l| l.4[2] > 0), "{out}");
     assert!(out.contains("vs split"), "{out}");
-    // The kernel target's file is gone again.
-    let pid_files = std::fs::read_dir("/dev/shm")
+    // The kernel target's files are gone again.
+    let prefix = format!("dcache-dup-{pid}-");
+    let left = std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with("dcache-dup-"))
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
                 .count()
         })
         .unwrap_or(0);
-    assert_eq!(pid_files, 0);
+    assert_eq!(left, 0);
 }

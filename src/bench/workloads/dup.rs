@@ -10,6 +10,14 @@
 //! sit on a line nobody writes. The count itself is shared in both: the
 //! difference between the variants is the false sharing alone.
 //!
+//! `file-sharing` isolates the effect: worker 0 only takes and drops
+//! references (it writes `f_count`), every other worker only reads the
+//! read-mostly fields that `close` reads (`f_op`, `f_inode`, the handle).
+//! Nothing is shared between them but the cache line in `packed`; in
+//! `split`, nothing at all. It shows whether a machine's CPUs pay for false
+//! sharing at all, which `dup-close` alone cannot tell apart from the true
+//! sharing of the count.
+//!
 //! Target `kernel` runs the real syscalls on one file in /dev/shm; each
 //! worker first unshares its descriptor table (`unshare(CLONE_FILES)`), so
 //! the threads contend on the kernel's `struct file` only, not on one
@@ -76,6 +84,60 @@ impl Workload for DupWorkload {
             (_, "split") => Ok(Box::new(LibCase::<Split>::open()?)),
             _ => Ok(Box::new(LibCase::<Packed>::open()?)),
         }
+    }
+}
+
+pub struct SharingWorkload;
+
+pub static FILE_SHARING: SharingWorkload = SharingWorkload;
+
+impl Workload for SharingWorkload {
+    fn name(&self) -> &'static str {
+        "file-sharing"
+    }
+
+    fn about(&self) -> &'static str {
+        "worker 0: get/put the shared file's count; the others: read its read-mostly fields"
+    }
+
+    fn variants(&self) -> &'static [&'static str] {
+        VARIANTS
+    }
+
+    fn prepare(&self, spec: &CaseSpec<'_>) -> std::result::Result<Box<dyn Case>, String> {
+        match spec.variant {
+            "split" => Ok(Box::new(SharingCase(LibCase::<Split>::open()?))),
+            "packed" => Ok(Box::new(SharingCase(LibCase::<Packed>::open()?))),
+            other => Err(format!("unknown variant {other}")),
+        }
+    }
+}
+
+/// What `close` reads of a file besides its count: the ops table (through
+/// which it calls), the inode and the handle.
+#[inline(always)]
+fn read_mostly<L: Layout>(file: &FileRef<OpenPath, L>) -> usize {
+    // black_box on the reference: the fields are reloaded every time
+    // instead of being hoisted out of the loop as loop-invariant.
+    let f = std::hint::black_box(file);
+    let ops = Arc::as_ptr(f.fs()) as *const u8 as usize;
+    ops ^ f.ino() as usize ^ f.fh() as usize
+}
+
+struct SharingCase<L: Layout>(LibCase<L>);
+
+impl<L: Layout> Case for SharingCase<L> {
+    fn worker(&self, w: Worker<'_>) {
+        let file = &self.0.file;
+        if w.index() == 0 {
+            w.run(|| drop(file.clone()));
+        } else {
+            w.run(|| read_mostly(file));
+        }
+    }
+
+    fn teardown(self: Box<Self>) -> std::result::Result<(), String> {
+        Box::new(self.0).teardown()
     }
 }
 
@@ -300,6 +362,20 @@ mod tests {
             }
         }
         assert!(DUP_CLOSE.prepare(&spec("lib", "padded", &opts)).is_err());
+        for v in VARIANTS {
+            let c = FILE_SHARING.prepare(&spec("lib", v, &opts)).unwrap();
+            c.teardown().unwrap();
+        }
+        assert!(FILE_SHARING.prepare(&spec("lib", "padded", &opts)).is_err());
+    }
+
+    #[test]
+    fn the_reader_reads_what_close_reads() {
+        let file = open_shared::<Split>().unwrap();
+        let ops = Arc::as_ptr(file.fs()) as *const u8 as usize;
+        let want = ops ^ file.ino() as usize ^ file.fh() as usize;
+        assert_eq!(read_mostly(&file), want);
+        assert_eq!(file.count(), 1);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &kernfs::KERNFS_FILES,
     &kernfs::KERNFS_MISSING,
     &dup::DUP_CLOSE,
+    &dup::FILE_SHARING,
 ];
 
 /// The workload called `name`.
