@@ -243,10 +243,27 @@ impl TypeLayout {
                 None => "no cache line (zero-sized)".to_string(),
             };
             let others = self.sharing_with(h);
+            let (hot, cold): (Vec<&str>, Vec<&str>) =
+                others.iter().partition(|o| self.hot.contains(o));
             if others.is_empty() {
                 let _ = writeln!(out, "hot {h}: alone on {lines}");
+            } else if cold.is_empty() {
+                // Written fields together are fine: nothing read-mostly is
+                // evicted by their writes.
+                let _ = writeln!(
+                    out,
+                    "hot {h}: shares {lines} only with hot {}",
+                    hot.join(", ")
+                );
+            } else if hot.is_empty() {
+                let _ = writeln!(out, "hot {h}: shares {lines} with {}", cold.join(", "));
             } else {
-                let _ = writeln!(out, "hot {h}: shares {lines} with {}", others.join(", "));
+                let _ = writeln!(
+                    out,
+                    "hot {h}: shares {lines} with {} (and hot {})",
+                    cold.join(", "),
+                    hot.join(", ")
+                );
             }
         }
         out
@@ -261,6 +278,9 @@ pub fn registry() -> Vec<TypeLayout> {
     vec![
         crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
         crate::dentry::layout().with_hot(&["d_lockref"]),
+        // An open file as the Vfs makes them: its path is a dentry reference.
+        crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Split>(),
+        crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Packed>(),
     ]
 }
 
@@ -326,6 +346,47 @@ mod tests {
         let text = l.render();
         assert!(text.contains("hot 0: alone on cache line 0"), "{text}");
         assert!(text.contains("XXX 56 bytes padding"), "{text}");
+    }
+
+    #[test]
+    fn file_layouts_show_the_count_apart_only_when_split() {
+        let all = registry();
+        let find = |prefix: &str| {
+            all.iter()
+                .find(|t| t.name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix} not registered"))
+        };
+        let split = find("SplitFile<");
+        let packed = find("PackedFile<");
+        for t in [split, packed] {
+            assert_eq!(t.hot, crate::file::HOT_FIELDS.to_vec(), "{}", t.name);
+            assert_eq!(t.fields.len(), 9, "{}", t.name);
+        }
+        let cold = |t: &TypeLayout| -> Vec<&str> {
+            t.sharing_with("f_count")
+                .into_iter()
+                .filter(|f| !t.hot.contains(f))
+                .collect()
+        };
+        assert!(cold(split).is_empty(), "{:?}", cold(split));
+        assert!(cold(packed).contains(&"f_op"), "{:?}", cold(packed));
+        assert!(cold(packed).contains(&"f_inode"), "{:?}", cold(packed));
+        let text = split.render();
+        assert!(
+            text.contains(
+                "hot f_count: shares cache line 0 only with hot f_mode, f_pos_lock, f_pos"
+            ),
+            "{text}"
+        );
+        let text = packed.render();
+        assert!(
+            text.contains("hot f_count: shares cache line 0 with f_path, f_op, f_inode"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(and hot f_mode, f_pos_lock, f_pos)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -225,7 +225,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (&["bench", "lockref", "--bogus"], "--bogus"),
         (
-            &["bench", "--variant", "reffree"],
+            &["bench", "--variant", "warp"],
             "no workload of the tour has variant",
         ),
         (
@@ -252,7 +252,15 @@ fn list_and_help_exit_0() {
     let o = dcache(&["bench", "--list"]);
     assert_eq!(o.status.code(), Some(0));
     let out = stdout(&o);
-    for w in ["lockref", "lockref-intruder", "lockref-herd"] {
+    for w in [
+        "lockref",
+        "lockref-intruder",
+        "lockref-herd",
+        "kernfs-files",
+        "kernfs-missing",
+        "dup-close",
+        "file-sharing",
+    ] {
         assert!(out.lines().any(|l| l.starts_with(w)), "{out}");
     }
     assert!(out.contains("variants: dcache, linux, spinwait, waiman"));
@@ -269,4 +277,142 @@ fn layout_prints_the_lockref_alone_on_its_line() {
     assert!(out.contains("struct CacheAligned<LockRef>"), "{out}");
     assert!(out.contains("--- cache line 0 (offset 0) ---"), "{out}");
     assert!(out.contains("hot 0: alone on cache line 0"), "{out}");
+}
+
+#[test]
+fn layout_shows_file_in_both_layouts() {
+    let o = dcache(&["layout", "File"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("struct SplitFile<DentryRef"), "{out}");
+    assert!(out.contains("struct PackedFile<DentryRef"), "{out}");
+    assert!(!out.contains("LockRef>"), "{out}");
+    assert!(
+        out.contains("hot f_count: shares cache line 0 only with hot"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hot f_count: shares cache line 0 with f_path, f_op, f_inode"),
+        "{out}"
+    );
+}
+
+/// `<prefix>: single: total <ms>ms per <us>us` and friends, parsed: the
+/// numbers of each kind of line, keyed by the case prefix.
+fn iteration_lines(out: &str) -> Vec<(String, String, Vec<f64>)> {
+    let mut v = Vec::new();
+    for line in out.lines() {
+        let Some((head, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let Some((kind, rest)) = rest.split_once(": ") else {
+            continue;
+        };
+        if !["single", "concur", "times"].contains(&kind) {
+            continue;
+        }
+        let nums: Vec<f64> = rest
+            .split(' ')
+            .filter_map(|w| {
+                w.trim_end_matches("ms")
+                    .trim_end_matches("us")
+                    .parse::<f64>()
+                    .ok()
+            })
+            .collect();
+        v.push((head.to_string(), kind.to_string(), nums));
+    }
+    v
+}
+
+#[test]
+fn kernfs_workloads_print_fox_chen_lines_and_json() {
+    for w in ["kernfs-files", "kernfs-missing"] {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("k.json");
+        let o = dcache(&[
+            "bench",
+            w,
+            "--threads",
+            "2",
+            "--iterations",
+            "300",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{w}: {}", stderr(&o));
+        let out = stdout(&o);
+        let lines = iteration_lines(&out);
+        for v in ["mutex", "rwlock", "rcu"] {
+            let head = format!("{w} lib {v} 2t");
+            let mine: Vec<_> = lines.iter().filter(|l| l.0 == head).collect();
+            let kinds: Vec<&str> = mine.iter().map(|l| l.1.as_str()).collect();
+            assert_eq!(kinds, ["single", "concur", "concur", "times"], "{out}");
+            // single/concur: total <ms> per <us> (concur adds CPU <n>).
+            assert!(mine[0].2.len() == 2 && mine[0].2[0] > 0.0, "{out}");
+            assert!(mine[1].2.len() == 3 && mine[2].2.len() == 3, "{out}");
+            assert_eq!(mine[3].2[..2], [300.0, 2.0], "{out}");
+        }
+        // The base first: the ratio column compares with the old kernfs.
+        assert!(out.contains(&format!("== {w} ==")), "{out}");
+        assert!(out.contains("vs mutex"), "{out}");
+        let v = read_json(&json);
+        assert_eq!(v["workload"], w);
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3);
+        for (run, variant) in runs.iter().zip(["mutex", "rwlock", "rcu"]) {
+            assert_eq!(run["variant"], variant);
+            assert_eq!(run["threads"], 2);
+            assert!(run["ops_per_sec"].as_f64().unwrap() > 0.0, "{run}");
+        }
+    }
+}
+
+#[test]
+fn dup_close_runs_on_lib_and_kernel() {
+    let child = Command::new(env!("CARGO_BIN_EXE_dcache"))
+        .args([
+            "bench",
+            "dup-close",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "2",
+            "--target",
+            "lib,kernel",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run dcache");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait for dcache");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
+    let cases: Vec<(&str, &str)> = lines.iter().map(|l| (l.1.as_str(), l.2.as_str())).collect();
+    assert_eq!(
+        cases,
+        [
+            ("lib", "split"),
+            ("lib", "packed"),
+            ("kernel", "split"),
+            ("kernel", "packed")
+        ],
+        "{out}"
+    );
+    assert!(lines.iter().all(|l| l.4[2] > 0), "{out}");
+    assert!(out.contains("vs split"), "{out}");
+    // The kernel target's files are gone again.
+    let prefix = format!("dcache-dup-{pid}-");
+    let left = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(left, 0);
 }

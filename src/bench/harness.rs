@@ -137,7 +137,7 @@ pub(crate) fn run_case(
                     0.0
                 },
                 per_second: concur.samples,
-                cpu_util: None,
+                cpu_util: concur.cpu_util,
             }
         }
     };
@@ -168,8 +168,9 @@ struct Phase {
     total_ops: u64,
     /// From the start signal until every worker ended.
     wall: Duration,
-    /// Timed runs: the workers' CPU time over the measured window divided
-    /// by (workers x window); below 1 when something else took their CPUs.
+    /// The workers' CPU time over the time they had: (workers x window)
+    /// for timed runs, the sum of their own loop times for iteration runs;
+    /// below 1 when something else took their CPUs.
     cpu_util: Option<f64>,
     errors: Vec<String>,
     warnings: Vec<String>,
@@ -325,6 +326,9 @@ fn drive(
     if wall.is_zero() {
         wall = elapsed.iter().copied().max().unwrap_or_default();
     }
+    if timing.is_none() {
+        cpu_util = loop_utilisation(&slots);
+    }
     let cpus: Vec<Option<usize>> = pinned.iter().map(|p| *lock(p)).collect();
     let unpinned = cpus.iter().filter(|c| c.is_none()).count();
     let warnings = match lock(&pin_error).take() {
@@ -370,6 +374,26 @@ fn utilisation(
         .fold((Duration::ZERO, 0u32), |(sum, n), d| (sum + d, n + 1));
     let avail = window.as_secs_f64() * f64::from(n);
     (avail > 0.0).then(|| used.as_secs_f64() / avail)
+}
+
+/// For runs that end by themselves: the CPU time each worker measured over
+/// its own loop, against the loop's wall time. Workers that never ran their
+/// loop, or could not read their clock, are left out.
+fn loop_utilisation(slots: &[Slot]) -> Option<f64> {
+    let (cpu, wall) = slots
+        .iter()
+        // Relaxed: written before `done`, which the harness has acquired.
+        .map(|s| {
+            (
+                s.cpu_ns.load(Ordering::Relaxed),
+                s.elapsed_ns.load(Ordering::Relaxed),
+            )
+        })
+        .filter(|&(c, e)| c > 0 && e > 0)
+        .fold((0u64, 0u64), |(c, e), (ci, ei)| {
+            (c.saturating_add(ci), e.saturating_add(ei))
+        });
+    (wall > 0).then(|| cpu as f64 / wall as f64)
 }
 
 fn read_ops(slots: &[Slot]) -> Vec<u64> {
@@ -460,6 +484,17 @@ mod tests {
     }
 
     #[test]
+    fn loop_utilisation_skips_workers_without_a_clock() {
+        let slots: Vec<Slot> = (0..3).map(|_| Slot::default()).collect();
+        assert_eq!(loop_utilisation(&slots), None);
+        for (s, (cpu, wall)) in slots.iter().zip([(300, 1000), (0, 1000), (700, 1000)]) {
+            s.cpu_ns.store(cpu, Ordering::Relaxed);
+            s.elapsed_ns.store(wall, Ordering::Relaxed);
+        }
+        assert_eq!(loop_utilisation(&slots), Some(0.5));
+    }
+
+    #[test]
     fn iteration_limit_counts_exactly() {
         let case = counting();
         let phase = drive(
@@ -477,6 +512,7 @@ mod tests {
         assert_eq!(case.bg_runs.load(Ordering::Relaxed), 1);
         assert_eq!(phase.elapsed.len(), 3);
         assert!(phase.cpus.iter().all(|c| c.is_some()));
+        assert!(phase.cpu_util.is_some_and(|u| u > 0.0));
     }
 
     #[test]
@@ -580,7 +616,9 @@ mod tests {
         let r = out.result.unwrap();
         assert_eq!((r.threads, r.seconds), (2, r.per_second.len() as u64));
         assert!(r.ops_per_sec > 0.0);
-        assert!(r.cpu_util.is_none());
+        // The workers' own CPU clocks over their loops.
+        let util = r.cpu_util.unwrap();
+        assert!(util > 0.0 && util < 1.5, "{util}");
     }
 
     #[test]

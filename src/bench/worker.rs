@@ -27,6 +27,9 @@ pub(crate) struct Slot {
     /// The worker thread's pthread handle (0: never reached its loop), for
     /// reading its CPU clock.
     pub(crate) thread: AtomicU64,
+    /// CPU nanoseconds the thread used from the start signal to the end of
+    /// its loop, written with `elapsed_ns` (0 if its clock was unreadable).
+    pub(crate) cpu_ns: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 256);
@@ -194,7 +197,7 @@ impl<'a> Worker<'a> {
     /// to be inlined into the case's `worker` so `op` is inlined too.
     #[inline(always)]
     pub fn run<R>(mut self, mut op: impl FnMut() -> R) {
-        let start = self.start();
+        let (start, cpu_start) = self.start();
         let slot = &self.shared.slots[self.index];
         let stop = self.shared.stop;
         let limit = self.shared.limit;
@@ -206,26 +209,40 @@ impl<'a> Worker<'a> {
             // here; it needs no ordering with anything else.
             slot.ops.store(n, Ordering::Relaxed);
         }
-        self.finish(start);
+        self.finish(start, cpu_start);
     }
 
+    /// Wait for the start; returns the start instant and this thread's CPU
+    /// time at it.
     #[inline(never)]
-    fn start(&mut self) -> Instant {
+    fn start(&mut self) -> (Instant, Option<Duration>) {
         self.arrived = true;
+        let me = super::cputime::current_thread();
         // Relaxed: published by `arrive`'s Release.
         self.shared.slots[self.index]
             .thread
-            .store(super::cputime::current_thread(), Ordering::Relaxed);
+            .store(me, Ordering::Relaxed);
         self.shared.gate.arrive();
-        self.shared.gate.wait_go()
+        let start = self.shared.gate.wait_go();
+        (start, super::cputime::thread_cpu_time(me))
     }
 
     #[inline(never)]
-    fn finish(&self, start: Instant) {
+    fn finish(&self, start: Instant, cpu_start: Option<Duration>) {
         let slot = &self.shared.slots[self.index];
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // Relaxed for the time, Release for `done`: a reader that sees
-        // `done` (Acquire) also sees the final time and count.
+        // Read by the thread itself, so it works for runs that end on their
+        // own too (the harness cannot read a clock of an exited thread).
+        let cpu = cpu_start
+            .zip(super::cputime::thread_cpu_time(
+                super::cputime::current_thread(),
+            ))
+            .map_or(0, |(a, b)| {
+                u64::try_from(b.saturating_sub(a).as_nanos()).unwrap_or(u64::MAX)
+            });
+        // Relaxed for the times, Release for `done`: a reader that sees
+        // `done` (Acquire) also sees the final times and count.
+        slot.cpu_ns.store(cpu, Ordering::Relaxed);
         slot.elapsed_ns.store(ns, Ordering::Relaxed);
         slot.done.store(true, Ordering::Release);
     }

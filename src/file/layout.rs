@@ -10,6 +10,7 @@
 //! benchmark run compares them; the `const` assertions below keep each
 //! honest about what it claims.
 
+use std::any::type_name;
 use std::mem::{align_of, offset_of, size_of};
 // The backend handle is plain shared ownership, no part of a lock-free
 // protocol, so std's Arc (which coerces to `dyn`) rather than the facade's.
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use crate::cache_aligned::{CacheAligned, CACHE_LINE};
 use crate::fs::{FileSystem, Ino};
+use crate::layout::{short_type_name, FieldLayout, TypeLayout};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex};
 
 /// What `open` produced; the cold, read-mostly part of a file.
@@ -260,6 +262,42 @@ impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
     }
     fn f_flags(&self) -> i32 {
         self.f_flags
+    }
+}
+
+/// Layout `L` for payload `T` as `dcache layout` prints it, with the
+/// [`HOT_FIELDS`] marked.
+pub fn type_layout<T: Send + Sync + 'static, L: Layout>() -> TypeLayout {
+    let info = L::describe::<T>();
+    let ty = |name: &str| {
+        short_type_name(match name {
+            "f_count" => type_name::<AtomicUsize>(),
+            "f_mode" => type_name::<u32>(),
+            "f_pos_lock" => type_name::<Mutex<()>>(),
+            "f_pos" => type_name::<AtomicU64>(),
+            "f_path" => type_name::<T>(),
+            "f_op" => type_name::<Arc<dyn FileSystem>>(),
+            "f_inode" => "Ino",
+            "fh" => type_name::<u64>(),
+            "f_flags" => type_name::<i32>(),
+            other => other,
+        })
+    };
+    TypeLayout {
+        name: short_type_name(info.type_name),
+        size: info.size,
+        align: info.align,
+        fields: info
+            .fields
+            .iter()
+            .map(|&(name, offset, size)| FieldLayout {
+                name,
+                ty: ty(name),
+                offset,
+                size,
+            })
+            .collect(),
+        hot: HOT_FIELDS.to_vec(),
     }
 }
 

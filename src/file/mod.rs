@@ -21,8 +21,8 @@ use crate::sync::{fence, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
 pub use layout::{
-    FileHot, FileRepr, Layout, LayoutInfo, OpenParts, Packed, PackedFile, Split, SplitFile,
-    HOT_FIELDS,
+    type_layout, FileHot, FileRepr, Layout, LayoutInfo, OpenParts, Packed, PackedFile, Split,
+    SplitFile, HOT_FIELDS,
 };
 
 // FMODE_* bits, Linux's values.

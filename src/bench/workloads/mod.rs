@@ -6,6 +6,8 @@
 
 use super::workload::Workload;
 
+pub mod dup;
+pub mod kernfs;
 mod lockref;
 mod stat;
 
@@ -19,6 +21,10 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &stat::STAT_MISSING,
     &stat::OPEN_SAME,
     &stat::OPEN_SEPARATE,
+    &kernfs::KERNFS_FILES,
+    &kernfs::KERNFS_MISSING,
+    &dup::DUP_CLOSE,
+    &dup::FILE_SHARING,
 ];
 
 /// The workload called `name`.
