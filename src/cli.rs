@@ -29,6 +29,8 @@ enum Command {
     Bench(BenchArgs),
     /// Print the field layout of dcache's hot structures, pahole-style.
     Layout(LayoutArgs),
+    /// Serve a backend through FUSE on MOUNTPOINT (libfuse-style -f, -s, -o).
+    Mount(crate::fuse::MountArgs),
 }
 
 // Numbers accept a leading `-` so that `--seconds -1` is reported as a
@@ -104,6 +106,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     match cli.command {
         Command::Bench(a) => bench_main(a),
         Command::Layout(a) => layout_main(a),
+        Command::Mount(a) => crate::fuse::cli::main(a),
     }
 }
 

@@ -119,34 +119,78 @@ pub fn layout() -> crate::layout::TypeLayout {
     })
 }
 
+/// Incremental form of [`name_hash`]: the walker feeds it the words it
+/// reads anyway while looking for the next `/` (Linux's `hash_name` does
+/// the same), so a component is scanned once.
+pub(crate) const HASH_INIT: u64 = 0x243F_6A88_85A3_08D3;
+const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Mix one little-endian word of the name (the last one zero padded).
+#[inline(always)]
+pub(crate) fn hash_word(h: u64, w: u64) -> u64 {
+    let h = (h ^ w).wrapping_mul(HASH_K);
+    h ^ (h >> 29)
+}
+
+/// Finish: fold in the length and reduce to 32 bits.
+#[inline(always)]
+pub(crate) fn hash_finish(h: u64, len: usize) -> u32 {
+    ((h ^ len as u64).wrapping_mul(HASH_K) >> 32) as u32
+}
+
 /// The hash of one name component (independent of the parent).
+///
+/// Word-at-a-time multiply-xorshift; dcache hashes are not an attack surface
+/// that needs SipHash (the bucket index also mixes the parent address), but
+/// they must spread short similar names.
 #[inline]
 pub fn name_hash(name: &[u8]) -> u32 {
-    // Word-at-a-time multiply-xorshift; dcache hashes are not an attack
-    // surface that needs SipHash (the bucket index also mixes the parent
-    // address), but they must spread short similar names.
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h: u64 = (name.len() as u64).wrapping_mul(K);
+    let mut h = HASH_INIT;
     let mut chunks = name.chunks_exact(8);
     for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-        h = (h ^ w).wrapping_mul(K);
-        h ^= h >> 29;
+        h = hash_word(
+            h,
+            u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        );
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        h = (h ^ load_partial(rest)).wrapping_mul(K);
-        h ^= h >> 29;
+        h = hash_word(h, load_partial(rest));
     }
-    h = h.wrapping_mul(K);
-    (h >> 32) as u32
+    hash_finish(h, name.len())
 }
 
+/// Up to 7 trailing bytes as a zero-padded little-endian word, without a
+/// variable-length copy (which would be a call to memcpy on the hot path).
 #[inline(always)]
-fn load_partial(rest: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b[..rest.len()].copy_from_slice(rest);
-    u64::from_le_bytes(b)
+pub(crate) fn load_partial(rest: &[u8]) -> u64 {
+    let n = rest.len();
+    let mut v = 0u64;
+    let mut i = 0;
+    if n >= 4 {
+        v = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
+        i = 4;
+    }
+    if n - i >= 2 {
+        v |= (u16::from_le_bytes([rest[i], rest[i + 1]]) as u64) << (8 * i);
+        i += 2;
+    }
+    if n - i >= 1 {
+        v |= (rest[i] as u64) << (8 * i);
+    }
+    v
+}
+
+/// The first (up to) 8 bytes of a name as a zero-padded word.
+#[inline(always)]
+pub(crate) fn first_word(name: &[u8]) -> u64 {
+    if name.len() >= 8 {
+        u64::from_le_bytes([
+            name[0], name[1], name[2], name[3], name[4], name[5], name[6], name[7],
+        ])
+    } else {
+        load_partial(name)
+    }
 }
 
 #[inline(always)]
@@ -209,6 +253,18 @@ impl Dentry {
     /// Does this dentry's name equal `name`? Called with `d_seq` sampled (the
     /// caller validates it afterwards), so the reads are atomic and a torn
     /// view only produces a mismatch that the sequence check discards.
+    /// `name_eq` for a caller that already holds the name's first word
+    /// (zero padded): names of up to 8 bytes compare with one load.
+    #[inline(always)]
+    pub(crate) fn name_eq_word(&self, name: &[u8], first: u64) -> bool {
+        if name.len() <= 8 {
+            // Relaxed: validated by the caller's d_seq check.
+            self.d_iname[0].load(Ordering::Relaxed) == first
+        } else {
+            self.name_eq(name)
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn name_eq(&self, name: &[u8]) -> bool {
         if name.len() <= DNAME_INLINE_LEN {

@@ -2,6 +2,8 @@
 //!
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
 //! - [`fs`]: the backend contract and the backends.
+//! - `fuse`: `dcache mount`, serving a backend through FUSE (not built
+//!   under loom).
 //! - [`layout`]: pahole-style field layouts of the hot structures.
 //! - `bench`: the will-it-scale harness behind `dcache bench` (not built
 //!   under loom, whose atomics only run inside a model).
@@ -18,6 +20,8 @@ pub mod dentry;
 pub mod errno;
 pub mod file;
 pub mod fs;
+#[cfg(not(loom))]
+pub mod fuse;
 pub mod inode;
 pub mod layout;
 pub mod lockref;

@@ -77,6 +77,19 @@ impl Table {
     /// returned is valid until that section ends.
     #[inline]
     pub(crate) fn lookup_rcu(&self, parent: *const Dentry, name: &[u8], hash: u32) -> RcuHit {
+        self.lookup_rcu_word(parent, name, hash, crate::dentry::first_word(name))
+    }
+
+    /// `lookup_rcu` with the name's first word already loaded (the walker
+    /// has it from scanning the path).
+    #[inline(always)]
+    pub(crate) fn lookup_rcu_word(
+        &self,
+        parent: *const Dentry,
+        name: &[u8],
+        hash: u32,
+        first: u64,
+    ) -> RcuHit {
         let want = hash_len(hash, name.len());
         // SeqCst: RCU-protected pointer loads (required by seize; a plain
         // load on x86).
@@ -85,21 +98,20 @@ impl Table {
             // SAFETY: p was reached from the table inside a read section; a
             // removed dentry is freed only after the section ends.
             let d = unsafe { &*p };
-            // Cheap rejects first, without touching d_seq.
-            // Relaxed: validated by the d_seq sample below and by the caller.
+            // Sample d_seq before comparing (as Linux's __d_lookup_rcu):
+            // a match against fields read after the sample is validated by
+            // the caller's later check of that same sample. Comparing first
+            // and sampling after could pair an old match with a new seq.
+            let seq = d.d_seq.raw_begin();
+            // Relaxed: validated by the d_seq sample above and the caller.
             if d.d_hash_len.load(Ordering::Relaxed) == want
                 && std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
+                && d.name_eq_word(name, first)
             {
-                let seq = d.d_seq.raw_begin();
                 if seq & 1 != 0 {
                     return RcuHit::Busy;
                 }
-                if std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
-                    && d.d_hash_len.load(Ordering::Relaxed) == want
-                    && d.name_eq(name)
-                {
-                    return RcuHit::Found(p, seq);
-                }
+                return RcuHit::Found(p, seq);
             }
             p = d.d_hash_next.load(Ordering::SeqCst);
         }

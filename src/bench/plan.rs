@@ -51,6 +51,18 @@ pub const TOUR: &[TourStep] = &[
         seconds: 2,
         warmup_ms: 500,
     },
+    TourStep {
+        workload: "stat-same",
+        targets: &["lib", "kernel"],
+        seconds: 2,
+        warmup_ms: 500,
+    },
+    TourStep {
+        workload: "stat-missing",
+        targets: &["lib", "kernel"],
+        seconds: 2,
+        warmup_ms: 500,
+    },
 ];
 
 /// What the user asked for, as typed (flags not given are `None`).

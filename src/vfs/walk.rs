@@ -23,7 +23,7 @@ use std::marker::PhantomData;
 
 use super::dcache::{d_alloc_hashed, d_drop, dput};
 use super::{At, DentryRef, StatMode, Super, Vfs};
-use crate::dentry::{name_hash, Dentry, D_HASHED};
+use crate::dentry::{hash_finish, hash_word, load_partial, name_hash, Dentry, D_HASHED, HASH_INIT};
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, FileType, Validity, NAME_MAX, PATH_MAX};
 use crate::inode::Inode;
@@ -43,10 +43,26 @@ pub(crate) fn check_path(path: &[u8]) -> Result<()> {
     if path.len() >= PATH_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
-    if path.contains(&0) {
+    if has_nul(path) {
         return Err(Errno::EINVAL);
     }
     Ok(())
+}
+
+/// Word-at-a-time search for a zero byte (paths are short; a generic
+/// memchr spends more on setup than on the search).
+#[inline(always)]
+fn has_nul(s: &[u8]) -> bool {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut chunks = s.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        if w.wrapping_sub(LO) & !w & HI != 0 {
+            return true;
+        }
+    }
+    chunks.remainder().contains(&0)
 }
 
 /// A name component as the walker sees it.
@@ -56,6 +72,10 @@ pub(crate) struct Comp<'a> {
     pub last: bool,
     /// `last`, and a slash followed it: it must resolve to a directory.
     pub must_dir: bool,
+    /// `name_hash(name)`, computed while scanning.
+    pub hash: u32,
+    /// The name's first 8 bytes as a zero-padded word.
+    pub first: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -91,23 +111,28 @@ impl Piece {
 /// A stack of path pieces: the first few inline, so following cached
 /// symlinks in rcu-walk allocates nothing.
 struct PieceStack {
-    inline: [Piece; 8],
+    /// `inline[..len]` are initialised.
+    inline: [std::mem::MaybeUninit<Piece>; 8],
     len: usize,
     spill: Vec<Piece>,
 }
 
 impl PieceStack {
+    #[inline(always)]
     fn new() -> PieceStack {
-        let empty = Piece::new(&[]);
         PieceStack {
-            inline: [empty; 8],
+            inline: [std::mem::MaybeUninit::uninit(); 8],
             len: 0,
             spill: Vec::new(),
         }
     }
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     fn push(&mut self, p: Piece) {
         if self.len < self.inline.len() {
-            self.inline[self.len] = p;
+            self.inline[self.len] = std::mem::MaybeUninit::new(p);
             self.len += 1;
         } else {
             self.spill.push(p);
@@ -121,10 +146,15 @@ impl PieceStack {
             return None;
         }
         self.len -= 1;
-        Some(self.inline[self.len])
+        // SAFETY: entries below `len` were written by `push`.
+        Some(unsafe { self.inline[self.len].assume_init() })
     }
     fn iter(&self) -> impl Iterator<Item = &Piece> {
-        self.inline[..self.len].iter().chain(self.spill.iter())
+        self.inline[..self.len]
+            .iter()
+            // SAFETY: entries below `len` were written by `push`.
+            .map(|p| unsafe { p.assume_init_ref() })
+            .chain(self.spill.iter())
     }
 }
 
@@ -150,7 +180,7 @@ impl<'a> Components<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next_comp(&mut self) -> Option<Comp<'_>> {
         loop {
             let bytes = self.top.bytes();
@@ -164,17 +194,18 @@ impl<'a> Components<'a> {
                 continue;
             }
             let start = pos;
-            while pos < bytes.len() && bytes[pos] != b'/' {
-                pos += 1;
-            }
+            let (hash, first);
+            (pos, hash, first) = scan_component(bytes, pos);
             self.top.pos = pos;
             let rest = &bytes[pos..];
             let more = rest.iter().any(|&b| b != b'/')
-                || self
-                    .below
-                    .iter()
-                    .any(|p| p.remaining().iter().any(|&b| b != b'/'));
-            let slash = !rest.is_empty() || self.below.iter().any(|p| !p.remaining().is_empty());
+                || (!self.below.is_empty()
+                    && self
+                        .below
+                        .iter()
+                        .any(|p| p.remaining().iter().any(|&b| b != b'/')));
+            let slash = !rest.is_empty()
+                || (!self.below.is_empty() && self.below.iter().any(|p| !p.remaining().is_empty()));
             // SAFETY: see Piece::bytes; the slice outlives &self.
             let name =
                 unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(start), pos - start) };
@@ -182,6 +213,8 @@ impl<'a> Components<'a> {
                 name,
                 last: !more,
                 must_dir: !more && slash,
+                hash,
+                first,
             });
         }
     }
@@ -214,6 +247,51 @@ impl<'a> Components<'a> {
         }
         Ok(())
     }
+}
+
+/// Scan one component starting at `pos` (not a `/`): returns the position
+/// of the `/` or end that ends it, its hash and its first word. Reads the
+/// path 8 bytes at a time, finding the `/` with the has-zero-byte trick and
+/// hashing the same words, so each byte is looked at once.
+#[inline(always)]
+fn scan_component(bytes: &[u8], mut pos: usize) -> (usize, u32, u64) {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+    let start = pos;
+    let mut h = HASH_INIT;
+    let mut first = None;
+    while pos + 8 <= bytes.len() {
+        let c = &bytes[pos..pos + 8];
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let x = w ^ SLASHES;
+        let z = x.wrapping_sub(LO) & !x & HI;
+        if z == 0 {
+            h = hash_word(h, w);
+            first.get_or_insert(w);
+            pos += 8;
+            continue;
+        }
+        // The lowest flagged byte is exactly the first `/`.
+        let k = (z.trailing_zeros() / 8) as usize;
+        if k > 0 {
+            let m = w & ((1u64 << (8 * k)) - 1);
+            h = hash_word(h, m);
+            first.get_or_insert(m);
+        }
+        pos += k;
+        return (pos, hash_finish(h, pos - start), first.unwrap_or(0));
+    }
+    let tail = pos;
+    while pos < bytes.len() && bytes[pos] != b'/' {
+        pos += 1;
+    }
+    if pos > tail {
+        let m = load_partial(&bytes[tail..pos]);
+        h = hash_word(h, m);
+        first.get_or_insert(m);
+    }
+    (pos, hash_finish(h, pos - start), first.unwrap_or(0))
 }
 
 /// How an rcu-walk ended.
@@ -270,6 +348,7 @@ impl Vfs {
                 break;
             };
             let (name, last, must_dir) = (comp.name, comp.last, comp.must_dir);
+            let (hash, first) = (comp.hash, comp.first);
             // Only directories have components after them.
             let Some(dir) = inode_of(cd) else {
                 return validated(cd, cur_seq, Errno::ENOENT);
@@ -297,8 +376,7 @@ impl Vfs {
                 }
                 continue;
             }
-            let hash = name_hash(name);
-            let (d, dseq) = match sb.table.lookup_rcu(cur, name, hash) {
+            let (d, dseq) = match sb.table.lookup_rcu_word(cur, name, hash, first) {
                 RcuHit::Found(d, s) => (d, s),
                 RcuHit::Missing | RcuHit::Busy => return RcuWalk::Fallback,
             };
@@ -683,5 +761,42 @@ fn validated(d: &Dentry, seq: u32, e: Errno) -> RcuWalk {
         RcuWalk::Fallback
     } else {
         RcuWalk::Err(e)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::dentry::first_word;
+
+    #[test]
+    fn scanning_hashes_like_name_hash() {
+        let names: Vec<Vec<u8>> = (0..40)
+            .map(|n| (0..n).map(|i| b'a' + (i * 7 % 26) as u8).collect())
+            .collect();
+        for name in names.iter().filter(|n| !n.is_empty()) {
+            for pre in 0..9 {
+                for post in ["", "/", "/x", "//yy/z"] {
+                    let mut path = vec![b'q'; pre];
+                    path.push(b'/');
+                    let start = path.len();
+                    path.extend_from_slice(name);
+                    path.extend_from_slice(post.as_bytes());
+                    let (end, hash, first) = scan_component(&path, start);
+                    assert_eq!(&path[start..end], &name[..]);
+                    assert_eq!(hash, name_hash(name), "{name:?} in {path:?}");
+                    assert_eq!(first, first_word(name));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nul_detection() {
+        assert!(!has_nul(b"a/b/c/file"));
+        assert!(has_nul(b"a/b/c/fil\0"));
+        assert!(has_nul(b"\0"));
+        assert!(has_nul(b"abcdefgh\0ijk"));
+        assert!(!has_nul(b"abcdefghijklmnop"));
     }
 }

@@ -9,12 +9,18 @@ use super::workload::Workload;
 pub mod dup;
 pub mod kernfs;
 mod lockref;
+mod stat;
 
 /// Every workload, in the order `dcache bench --list` shows them.
 pub static REGISTRY: &[&dyn Workload] = &[
     &lockref::LOCKREF,
     &lockref::LOCKREF_INTRUDER,
     &lockref::LOCKREF_HERD,
+    &stat::STAT_SAME,
+    &stat::STAT_SEPARATE,
+    &stat::STAT_MISSING,
+    &stat::OPEN_SAME,
+    &stat::OPEN_SEPARATE,
     &kernfs::KERNFS_FILES,
     &kernfs::KERNFS_MISSING,
     &dup::DUP_CLOSE,

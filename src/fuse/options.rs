@@ -1,0 +1,270 @@
+//! `-o` mount options, in libfuse's spelling where libfuse has one.
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `attr_timeout=S` | seconds the kernel caches attributes (default 1) |
+//! | `entry_timeout=S` | seconds it caches a name (default 1) |
+//! | `negative_timeout=S` | seconds it caches a missing name (default 0: not at all) |
+//! | `timeout=S` | all three |
+//! | `allow_other`, `allow_root` | who besides the mounting user may enter |
+//! | `default_permissions` / `no_default_permissions` | kernel checks modes (default on: no backend enforces permissions itself) |
+//! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
+//! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
+//! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
+//! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
+
+use std::time::Duration;
+
+use fuser::{MountOption, SessionACL};
+
+/// How long the kernel may trust what we tell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub attr: Duration,
+    pub entry: Duration,
+    /// Zero: missing names are answered with ENOENT and not cached.
+    pub negative: Duration,
+}
+
+impl Default for Timeouts {
+    /// libfuse's defaults.
+    fn default() -> Self {
+        Timeouts {
+            attr: Duration::from_secs(1),
+            entry: Duration::from_secs(1),
+            negative: Duration::ZERO,
+        }
+    }
+}
+
+impl Timeouts {
+    /// Every timeout zero: every lookup and stat reaches the daemon.
+    pub const NONE: Timeouts = Timeouts {
+        attr: Duration::ZERO,
+        entry: Duration::ZERO,
+        negative: Duration::ZERO,
+    };
+}
+
+/// Everything `-o` can set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountOptions {
+    pub timeouts: Timeouts,
+    pub allow: SessionACL,
+    pub default_permissions: bool,
+    pub readdirplus: bool,
+    /// `None`: the backend's default.
+    pub direct_io: Option<bool>,
+    /// Worker threads; 0 picks one per CPU (2 to 8).
+    pub max_threads: usize,
+    pub clone_fd: bool,
+    pub fsname: Option<String>,
+    pub subtype: Option<String>,
+    /// Other options passed to the kernel or fusermount.
+    pub mount: Vec<MountOption>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            timeouts: Timeouts::default(),
+            allow: SessionACL::Owner,
+            default_permissions: true,
+            readdirplus: true,
+            direct_io: None,
+            max_threads: 0,
+            clone_fd: true,
+            fsname: None,
+            subtype: None,
+            mount: Vec::new(),
+        }
+    }
+}
+
+/// Seconds as a float, as libfuse takes them.
+fn seconds(key: &str, v: &str) -> Result<Duration, String> {
+    let s: f64 = v
+        .parse()
+        .map_err(|_| format!("bad value for {key}: {v:?} (seconds expected)"))?;
+    if !(0.0..=1e9).contains(&s) {
+        return Err(format!("bad value for {key}: {v:?} (0 to 1e9 seconds)"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+impl MountOptions {
+    /// Parse every `-o` argument (each a comma-separated list).
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<MountOptions, String> {
+        let mut o = MountOptions::default();
+        for a in args {
+            for one in a.as_ref().split(',').filter(|s| !s.is_empty()) {
+                o.apply(one)?;
+            }
+        }
+        Ok(o)
+    }
+
+    /// Apply one option.
+    pub fn apply(&mut self, one: &str) -> Result<(), String> {
+        let (key, val) = match one.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (one, None),
+        };
+        fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+            v.ok_or_else(|| format!("option {key} needs a value"))
+        }
+        let flag = |v: Option<&str>, m: MountOption| match v {
+            None => Ok(m),
+            Some(_) => Err(format!("option {key} takes no value")),
+        };
+        match key {
+            "attr_timeout" => self.timeouts.attr = seconds(key, need(key, val)?)?,
+            "entry_timeout" => self.timeouts.entry = seconds(key, need(key, val)?)?,
+            "negative_timeout" => self.timeouts.negative = seconds(key, need(key, val)?)?,
+            "timeout" => {
+                let t = seconds(key, need(key, val)?)?;
+                self.timeouts = Timeouts {
+                    attr: t,
+                    entry: t,
+                    negative: t,
+                };
+            }
+            "max_threads" => {
+                let v = need(key, val)?;
+                self.max_threads = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| (1..=1024).contains(&n))
+                    .ok_or_else(|| format!("bad value for max_threads: {v:?} (1 to 1024)"))?;
+            }
+            "fsname" => self.fsname = Some(need(key, val)?.to_string()),
+            "subtype" => self.subtype = Some(need(key, val)?.to_string()),
+            _ => {
+                if val.is_some() {
+                    return Err(format!("unknown mount option {one:?}"));
+                }
+                match key {
+                    "allow_other" => self.allow = SessionACL::All,
+                    "allow_root" => self.allow = SessionACL::RootAndOwner,
+                    "default_permissions" => self.default_permissions = true,
+                    "no_default_permissions" => self.default_permissions = false,
+                    "readdirplus" => self.readdirplus = true,
+                    "no_readdirplus" => self.readdirplus = false,
+                    "direct_io" => self.direct_io = Some(true),
+                    "no_direct_io" => self.direct_io = Some(false),
+                    "clone_fd" => self.clone_fd = true,
+                    "no_clone_fd" => self.clone_fd = false,
+                    _ => {
+                        let m = match key {
+                            "ro" => MountOption::RO,
+                            "rw" => MountOption::RW,
+                            "nosuid" => MountOption::NoSuid,
+                            "suid" => MountOption::Suid,
+                            "nodev" => MountOption::NoDev,
+                            "dev" => MountOption::Dev,
+                            "noexec" => MountOption::NoExec,
+                            "exec" => MountOption::Exec,
+                            "noatime" => MountOption::NoAtime,
+                            "atime" => MountOption::Atime,
+                            "sync" => MountOption::Sync,
+                            "async" => MountOption::Async,
+                            "dirsync" => MountOption::DirSync,
+                            "auto_unmount" => MountOption::AutoUnmount,
+                            _ => return Err(format!("unknown mount option {one:?}")),
+                        };
+                        self.mount.push(flag(val, m)?);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Worker threads for this mount (`single`: the `-s` flag).
+    pub fn threads(&self, single: bool) -> usize {
+        if single {
+            1
+        } else if self.max_threads > 0 {
+            self.max_threads
+        } else {
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8)
+        }
+    }
+
+    /// fuser's session configuration.
+    pub fn fuser_config(&self, single: bool, default_fsname: &str) -> fuser::Config {
+        let mut m = self.mount.clone();
+        m.push(MountOption::FSName(
+            self.fsname.clone().unwrap_or_else(|| default_fsname.into()),
+        ));
+        m.push(MountOption::Subtype(
+            self.subtype.clone().unwrap_or_else(|| "dcache".into()),
+        ));
+        if self.default_permissions {
+            m.push(MountOption::DefaultPermissions);
+        }
+        let mut c = fuser::Config::default();
+        c.mount_options = m;
+        c.acl = self.allow;
+        let n = self.threads(single);
+        c.n_threads = Some(n);
+        c.clone_fd = self.clone_fd && n > 1;
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_libfuse_timeouts() {
+        let o = MountOptions::parse::<&str>(&[]).unwrap();
+        assert_eq!(o.timeouts, Timeouts::default());
+        assert_eq!(o.timeouts.negative, Duration::ZERO);
+        assert!(o.default_permissions && o.readdirplus);
+    }
+
+    #[test]
+    fn timeouts_and_flags() {
+        let o = MountOptions::parse(&[
+            "attr_timeout=0.5,entry_timeout=2",
+            "negative_timeout=0,allow_other,no_readdirplus",
+            "ro,fsname=x,max_threads=3",
+        ])
+        .unwrap();
+        assert_eq!(o.timeouts.attr, Duration::from_millis(500));
+        assert_eq!(o.timeouts.entry, Duration::from_secs(2));
+        assert_eq!(o.timeouts.negative, Duration::ZERO);
+        assert_eq!(o.allow, SessionACL::All);
+        assert!(!o.readdirplus);
+        assert_eq!(o.mount, vec![MountOption::RO]);
+        assert_eq!(o.fsname.as_deref(), Some("x"));
+        assert_eq!(o.threads(false), 3);
+        assert_eq!(o.threads(true), 1);
+        let c = o.fuser_config(false, "mem");
+        assert_eq!(c.n_threads, Some(3));
+        assert!(c.mount_options.contains(&MountOption::FSName("x".into())));
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        let t = MountOptions::parse(&["timeout=0"]).unwrap();
+        assert_eq!(t.timeouts, Timeouts::NONE);
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        for bad in [
+            "attr_timeout",
+            "attr_timeout=x",
+            "entry_timeout=-1",
+            "negative_timeout=nan",
+            "max_threads=0",
+            "frobnicate",
+            "ro=1",
+            "allow_other=yes",
+        ] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+}
