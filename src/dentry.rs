@@ -160,11 +160,17 @@ pub fn name_hash(name: &[u8]) -> u32 {
     hash_finish(h, name.len())
 }
 
-/// Up to 7 trailing bytes as a zero-padded little-endian word, without a
+/// Up to 8 bytes as a zero-padded little-endian word, without a
 /// variable-length copy (which would be a call to memcpy on the hot path).
 #[inline(always)]
 pub(crate) fn load_partial(rest: &[u8]) -> u64 {
     let n = rest.len();
+    debug_assert!(n <= 8);
+    if n >= 8 {
+        return u64::from_le_bytes([
+            rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7],
+        ]);
+    }
     let mut v = 0u64;
     let mut i = 0;
     if n >= 4 {

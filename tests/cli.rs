@@ -225,7 +225,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (&["bench", "lockref", "--bogus"], "--bogus"),
         (
-            &["bench", "--variant", "reffree"],
+            &["bench", "--variant", "warp"],
             "no workload of the tour has variant",
         ),
         (

@@ -447,3 +447,28 @@ fn backend_errors_mid_walk_keep_counts_balanced() {
     drop(vfs);
     assert_eq!(c.dentries(), 0);
 }
+
+/// Every name length, inline and out of line, resolves in rcu-walk once
+/// cached (a regression test: a word-packing bug once made 8-byte names
+/// miss the lockless path and fall back on every lookup).
+#[test]
+fn every_name_length_hits_in_rcu_walk() {
+    let fs = Arc::new(MemFs::new());
+    let names: Vec<String> = (1..=70).map(|n| "n".repeat(n - 1) + "z").collect();
+    fs.mkdir_p("d", 0o755).unwrap();
+    for n in &names {
+        fs.write_file(&format!("d/{n}"), b"").unwrap();
+    }
+    let vfs = Vfs::new(fs).unwrap();
+    let c = vfs.counters();
+    for n in &names {
+        let p = format!("d/{n}");
+        let m = format!("d/{n}.missing");
+        vfs.stat(At::Root, &p).unwrap();
+        assert_eq!(err(vfs.stat(At::Root, &m)), Errno::ENOENT);
+        let walks = c.ref_walks();
+        vfs.stat(At::Root, &p).unwrap();
+        assert_eq!(err(vfs.stat(At::Root, &m)), Errno::ENOENT);
+        assert_eq!(c.ref_walks(), walks, "name of {} bytes fell back", n.len());
+    }
+}

@@ -104,17 +104,7 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
     for step in &plan.steps {
         let mut runs: Vec<RunResult> = Vec::new();
         for target in &step.targets {
-            let applicable = step.workload.variants_for(target);
-            let mut variants: Vec<&str> = step
-                .variants
-                .iter()
-                .copied()
-                .filter(|v| applicable.contains(v))
-                .collect();
-            if variants.is_empty() {
-                variants.extend(applicable.first().copied());
-            }
-            for variant in &variants {
+            for variant in &step.variants_on(target) {
                 for &threads in &step.threads {
                     let spec = CaseSpec {
                         target,
