@@ -10,6 +10,8 @@
 //! sit on a line nobody writes. The count itself is shared in both: the
 //! difference between the variants is the false sharing alone.
 //!
+//! Its variant there is `syscall`.
+//!
 //! `file-sharing` isolates the effect: worker 0 only takes and drops
 //! references (it writes `f_count`), every other worker only reads the
 //! read-mostly fields that `close` reads (`f_op`, `f_inode`, the handle).
@@ -37,7 +39,11 @@ use crate::fs::FileSystem;
 use crate::sync::{AtomicU64, Ordering};
 use crate::vfs::DentryRef;
 
-const VARIANTS: &[&str] = &["split", "packed"];
+const VARIANTS: &[&str] = &["split", "packed", "syscall"];
+/// The layouts: what the library compares.
+const LIB_VARIANTS: &[&str] = &["split", "packed"];
+/// The kernel has its own `struct file`.
+const KERNEL_VARIANTS: &[&str] = &["syscall"];
 
 /// The path payload of the benchmark's file: one pointer, standing for the
 /// dentry reference a Vfs-opened file carries (`dcache layout` shows the
@@ -75,14 +81,20 @@ impl Workload for DupWorkload {
         &["lib", "kernel"]
     }
 
-    fn prepare(&self, spec: &CaseSpec<'_>) -> std::result::Result<Box<dyn Case>, String> {
-        if !VARIANTS.contains(&spec.variant) {
-            return Err(format!("unknown variant {}", spec.variant));
+    fn variants_for(&self, target: &str) -> &'static [&'static str] {
+        if target == "kernel" {
+            KERNEL_VARIANTS
+        } else {
+            LIB_VARIANTS
         }
+    }
+
+    fn prepare(&self, spec: &CaseSpec<'_>) -> std::result::Result<Box<dyn Case>, String> {
         match (spec.target, spec.variant) {
-            ("kernel", _) => Ok(Box::new(KernelCase::open()?)),
-            (_, "split") => Ok(Box::new(LibCase::<Split>::open()?)),
-            _ => Ok(Box::new(LibCase::<Packed>::open()?)),
+            ("kernel", "syscall") => Ok(Box::new(KernelCase::open()?)),
+            ("lib", "split") => Ok(Box::new(LibCase::<Split>::open()?)),
+            ("lib", "packed") => Ok(Box::new(LibCase::<Packed>::open()?)),
+            (t, v) => Err(format!("no variant {v} on target {t}")),
         }
     }
 }
@@ -101,7 +113,7 @@ impl Workload for SharingWorkload {
     }
 
     fn variants(&self) -> &'static [&'static str] {
-        VARIANTS
+        LIB_VARIANTS
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> std::result::Result<Box<dyn Case>, String> {
@@ -356,13 +368,16 @@ mod tests {
     fn every_target_and_variant_prepares_and_cleans_up() {
         let opts = Options::default();
         for t in DUP_CLOSE.targets() {
-            for v in VARIANTS {
+            for v in DUP_CLOSE.variants_for(t) {
+                assert!(VARIANTS.contains(v));
                 let c = DUP_CLOSE.prepare(&spec(t, v, &opts)).unwrap();
                 c.teardown().unwrap();
             }
         }
         assert!(DUP_CLOSE.prepare(&spec("lib", "padded", &opts)).is_err());
-        for v in VARIANTS {
+        assert!(DUP_CLOSE.prepare(&spec("lib", "syscall", &opts)).is_err());
+        assert!(DUP_CLOSE.prepare(&spec("kernel", "split", &opts)).is_err());
+        for v in LIB_VARIANTS {
             let c = FILE_SHARING.prepare(&spec("lib", v, &opts)).unwrap();
             c.teardown().unwrap();
         }
