@@ -1,54 +1,17 @@
-//! A counting global allocator proves the lookup fast paths allocate
-//! nothing: a repeated miss (negative dentry), a repeated hit, and a stat
-//! through a cached symlink. Counts only this thread's allocations, and
-//! only while armed, so the test harness's own threads do not interfere.
+//! A counting global allocator (tests/counting_alloc) proves the lookup
+//! fast paths allocate nothing: a repeated miss (negative dentry), a
+//! repeated hit, and a stat through a cached symlink.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use dcache::fs::memfs::MemFs;
 use dcache::{At, Errno, StatMode, Vfs};
 
-struct Counting;
+mod counting_alloc;
 
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the bookkeeping touches only
-// const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
+/// Allocations made by `f` on this thread.
 fn allocations(f: impl FnOnce()) -> usize {
-    COUNT.with(|c| c.set(0));
-    ARMED.with(|a| a.set(true));
-    f();
-    ARMED.with(|a| a.set(false));
-    COUNT.with(|c| c.get())
+    counting_alloc::allocations(f).0
 }
 
 #[test]

@@ -8,8 +8,6 @@
 //! asks the backend again on every miss, `rcu` does neither.
 #![cfg(not(loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use dcache::bench::workloads::kernfs::{build_cpu_tree, file_path, MISSING_PATH, TREE_CPUS};
@@ -17,56 +15,8 @@ use dcache::fs::kernfs::KernFs;
 use dcache::fs::Ctx;
 use dcache::{At, Errno, Vfs};
 
-struct Counting;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note() {
-    // try_with: the thread-locals may already be gone while a thread exits.
-    if ARMED.try_with(|a| a.get()).unwrap_or(false) {
-        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the
-// bookkeeping touches only const-initialised thread-locals, which never
-// allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: as in `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: `ptr`/`layout` came from this allocator, which is `System`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations `f` made on this thread.
-fn allocations<R>(f: impl FnOnce() -> R) -> (usize, R) {
-    COUNT.with(|c| c.set(0));
-    ARMED.with(|a| a.set(true));
-    let r = f();
-    ARMED.with(|a| a.set(false));
-    (COUNT.with(|c| c.get()), r)
-}
+mod counting_alloc;
+use counting_alloc::allocations;
 
 const N: usize = 1000;
 

@@ -45,17 +45,17 @@ fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
         .map(|r| r.map(|a| a.ino))
 }
 
-/// One walker resolving `path` against a rename of p/f to p/g; `check`
-/// judges the answer given whether the rename had finished before the walk.
-fn walk_vs_file_rename(path: &'static str, check: fn(Option<Result<u64, Errno>>, u64, bool)) {
+/// One walker resolving `path` in rcu mode while another thread runs
+/// `mutate`; `check` judges the walker's answer, given the inode of p/f and
+/// whether `mutate` had finished before the walk started.
+fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Errno>>, u64, bool)) {
     builder().check(move || {
         let (vfs, f) = setup();
         let done = Arc::new(AtomicBool::new(false));
         let t = {
             let (vfs, done) = (vfs.clone(), done.clone());
             thread::spawn(move || {
-                vfs.rename(At::Root, "p/f", At::Root, "p/g", RenameFlags::NONE)
-                    .unwrap();
+                mutate(&vfs);
                 done.store(true, Ordering::SeqCst);
             })
         };
@@ -65,21 +65,31 @@ fn walk_vs_file_rename(path: &'static str, check: fn(Option<Result<u64, Errno>>,
     });
 }
 
-#[test]
-fn loom_walk_old_name_vs_rename() {
-    walk_vs_file_rename("p/f", |r, f, after| match r {
+fn rename_f_to_g(vfs: &Vfs) {
+    vfs.rename(At::Root, "p/f", At::Root, "p/g", RenameFlags::NONE)
+        .unwrap();
+}
+
+/// p/f may resolve (to f) only if the change had not finished at the start.
+fn old_name_gone(r: Option<Result<u64, Errno>>, f: u64, after: bool) {
+    match r {
         Some(Ok(ino)) => {
             assert_eq!(ino, f);
-            assert!(!after, "old name resolved after the rename finished");
+            assert!(!after, "old name resolved after the change finished");
         }
         Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
         None => {}
-    });
+    }
+}
+
+#[test]
+fn loom_walk_old_name_vs_rename() {
+    walk_vs(rename_f_to_g, "p/f", old_name_gone);
 }
 
 #[test]
 fn loom_walk_new_name_vs_rename() {
-    walk_vs_file_rename("p/g", |r, f, after| match r {
+    walk_vs(rename_f_to_g, "p/g", |r, f, after| match r {
         Some(Ok(ino)) => assert_eq!(ino, f),
         Some(Err(e)) => {
             assert_eq!(e, Errno::ENOENT);
@@ -91,73 +101,38 @@ fn loom_walk_new_name_vs_rename() {
 
 #[test]
 fn loom_walk_vs_unlink() {
-    builder().check(|| {
-        let (vfs, f) = setup();
-        let done = Arc::new(AtomicBool::new(false));
-        let t = {
-            let (vfs, done) = (vfs.clone(), done.clone());
-            thread::spawn(move || {
-                vfs.unlink(At::Root, "p/f").unwrap();
-                done.store(true, Ordering::SeqCst);
-            })
-        };
-        let after = done.load(Ordering::SeqCst);
-        match rcu_ino(&vfs, "p/f") {
-            Some(Ok(ino)) => {
-                assert_eq!(ino, f);
-                assert!(!after, "unlinked name resolved after unlink finished");
-            }
-            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
-            None => {}
-        }
-        t.join().unwrap();
-    });
+    walk_vs(
+        |vfs| vfs.unlink(At::Root, "p/f").unwrap(),
+        "p/f",
+        old_name_gone,
+    );
 }
 
 #[test]
 fn loom_walk_vs_create() {
-    builder().check(|| {
-        let (vfs, _f) = setup();
-        let done = Arc::new(AtomicBool::new(false));
-        let t = {
-            let (vfs, done) = (vfs.clone(), done.clone());
-            thread::spawn(move || {
-                vfs.create(At::Root, "p/g", 0o644, Ctx::ROOT).unwrap();
-                done.store(true, Ordering::SeqCst);
-            })
-        };
-        let after = done.load(Ordering::SeqCst);
-        // p/g is a cached negative dentry that the create turns positive.
-        if let Some(Err(e)) = rcu_ino(&vfs, "p/g") {
-            assert_eq!(e, Errno::ENOENT);
-            assert!(!after, "stale negative entry seen after the create");
-        }
-        t.join().unwrap();
-    });
+    // p/g is a cached negative dentry that the create turns positive.
+    walk_vs(
+        |vfs| {
+            vfs.create(At::Root, "p/g", 0o644, Ctx::ROOT).unwrap();
+        },
+        "p/g",
+        |r, _f, after| {
+            if let Some(Err(e)) = r {
+                assert_eq!(e, Errno::ENOENT);
+                assert!(!after, "stale negative entry seen after the create");
+            }
+        },
+    );
 }
 
 #[test]
 fn loom_walk_vs_directory_rename() {
-    builder().check(|| {
-        let (vfs, f) = setup();
-        let done = Arc::new(AtomicBool::new(false));
-        let t = {
-            let (vfs, done) = (vfs.clone(), done.clone());
-            thread::spawn(move || {
-                vfs.rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
-                    .unwrap();
-                done.store(true, Ordering::SeqCst);
-            })
-        };
-        let after = done.load(Ordering::SeqCst);
-        match rcu_ino(&vfs, "p/f") {
-            Some(Ok(ino)) => {
-                assert_eq!(ino, f);
-                assert!(!after, "path through the old directory name resolved");
-            }
-            Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
-            None => {}
-        }
-        t.join().unwrap();
-    });
+    walk_vs(
+        |vfs| {
+            vfs.rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
+                .unwrap()
+        },
+        "p/f",
+        old_name_gone,
+    );
 }
