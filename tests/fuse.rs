@@ -217,8 +217,9 @@ fn memfs_through_std_fs() {
 
     // statfs.
     let c = cpath(&d.mnt);
-    // SAFETY: statvfs fills the zeroed struct; c is NUL-terminated.
+    // SAFETY: statvfs is plain old data, for which all-zero is valid.
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and sv is a valid out-pointer.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut sv) }, 0);
     assert_eq!(sv.f_namemax, 255);
 
