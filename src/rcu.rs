@@ -140,11 +140,11 @@ impl Rcu {
     /// # Safety
     /// No thread may be inside a read section of this `Rcu` or hold a pointer
     /// it loaded in one (the `Vfs` calls this from `Drop`, with `&mut self`).
-    pub(crate) unsafe fn barrier_all(&mut self) {
+    pub(crate) unsafe fn barrier_all(&self) {
         #[cfg(loom)]
         for r in self
             .deferred
-            .get_mut()
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
         {

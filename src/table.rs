@@ -230,7 +230,7 @@ impl Table {
     }
 
     /// Every dentry in the table (for teardown, with exclusive access).
-    pub(crate) fn drain_all(&mut self) -> Vec<*mut Dentry> {
+    pub(crate) fn drain_all(&self) -> Vec<*mut Dentry> {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
             let mut p = untag(b.load(Ordering::Relaxed));

@@ -435,12 +435,12 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
 }
 
 /// Free every dentry and inode of a Vfs being dropped.
-pub(crate) fn teardown(sb: &mut Super) {
+pub(crate) fn teardown(sb: &Super) {
     // Nobody else can hold references (DentryRefs borrow the Vfs), so every
     // cached dentry is unused or pinned only by its children. Free them all
     // directly; order does not matter, nothing is dereferenced after.
     let mut frees = sb.table.drain_all();
-    frees.push(sb.root);
+    frees.push(sb.root());
     {
         // Killed dentries still on a list are not in the table; the lists
         // own their memory, so they are freed here too.

@@ -19,7 +19,7 @@ mod walk;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::dentry::Dentry;
@@ -119,7 +119,18 @@ pub struct Super {
     pub(crate) lru: Mutex<dcache::Lru>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) config: Config,
-    pub(crate) root: *mut Dentry,
+    /// Set once, right after the Super is placed at its final address (the
+    /// root dentry points back to it); atomic so no `&mut Super` is ever
+    /// needed, which would invalidate the `d_sb` pointers dentries hold.
+    root: AtomicPtr<Dentry>,
+}
+
+impl Super {
+    #[inline(always)]
+    pub(crate) fn root(&self) -> *mut Dentry {
+        // Relaxed: written once before the Vfs is shared.
+        self.root.load(Ordering::Relaxed)
+    }
 }
 
 // SAFETY: the raw pointers in Super (root, inode map) point to objects whose
@@ -130,8 +141,16 @@ unsafe impl Sync for Super {}
 
 /// The dentry cache over one backend.
 pub struct Vfs {
-    sb: Box<Super>,
+    /// A leaked `Box<Super>`, freed in `Drop`. Held raw (not as a Box) so
+    /// that no unique borrow of the Super is ever taken while dentries hold
+    /// `d_sb` pointers into it.
+    sb: NonNull<Super>,
 }
+
+// SAFETY: the Vfs owns the Super, which is Send + Sync.
+unsafe impl Send for Vfs {}
+// SAFETY: as above.
+unsafe impl Sync for Vfs {}
 
 /// Where a relative path starts: the root, or a directory the caller holds.
 #[derive(Clone, Copy)]
@@ -272,7 +291,7 @@ impl Vfs {
         if root_attr.kind != FileType::Directory {
             return Err(crate::Errno::ENOTDIR);
         }
-        let mut sb = Box::new(Super {
+        let sb = Box::new(Super {
             revalidate: fs.needs_revalidate(),
             fs,
             table: Table::with_capacity(config.capacity),
@@ -283,41 +302,48 @@ impl Vfs {
             lru: Mutex::new(dcache::Lru::default()),
             counters: Arc::new(Counters::default()),
             config,
-            root: std::ptr::null_mut(),
+            root: AtomicPtr::new(std::ptr::null_mut()),
         });
-        let sbp: *const Super = &*sb;
+        let sbp = Box::into_raw(sb);
         let root = dcache::d_alloc_root(sbp, &root_attr);
-        sb.root = root;
-        Ok(Vfs { sb })
+        // SAFETY: sbp is the live allocation we just leaked; shared access.
+        unsafe { &*sbp }.root.store(root, Ordering::Relaxed);
+        Ok(Vfs {
+            // SAFETY: Box::into_raw never returns null.
+            sb: unsafe { NonNull::new_unchecked(sbp) },
+        })
     }
 
+    #[inline(always)]
     pub(crate) fn sb(&self) -> &Super {
-        &self.sb
+        // SAFETY: the Super lives until Drop, and is only ever shared.
+        unsafe { self.sb.as_ref() }
     }
 
     pub fn backend(&self) -> &Arc<dyn FileSystem> {
-        &self.sb.fs
+        &self.sb().fs
     }
 
     pub fn counters(&self) -> Arc<Counters> {
-        self.sb.counters.clone()
+        self.sb().counters.clone()
     }
 
     pub fn config(&self) -> &Config {
-        &self.sb.config
+        &self.sb().config
     }
 
     /// Buckets in the hash table.
     pub fn table_buckets(&self) -> usize {
-        self.sb.table.buckets()
+        self.sb().table.buckets()
     }
 
     /// A counted reference to the root.
     pub fn root(&self) -> DentryRef<'_> {
+        let root = self.sb().root();
         // SAFETY: the root lives as long as the Vfs.
-        let r = unsafe { &*self.sb.root };
+        let r = unsafe { &*root };
         r.d_lockref.get();
-        DentryRef::from_counted(self.sb.root)
+        DentryRef::from_counted(root)
     }
 
     /// Re-own a reference given away with [`DentryRef::into_raw`].
@@ -344,12 +370,15 @@ impl Vfs {
     /// Free up to `n` unused dentries (negative ones first); returns how
     /// many were freed.
     pub fn shrink(&self, n: usize) -> usize {
-        dcache::shrink(&self.sb, n, false)
+        dcache::shrink(self.sb(), n, false)
     }
 }
 
 impl Drop for Vfs {
     fn drop(&mut self) {
-        dcache::teardown(&mut self.sb);
+        dcache::teardown(self.sb());
+        // SAFETY: teardown freed every dentry (nothing points at the Super
+        // any more) and the pointer came from Box::into_raw in with_config.
+        drop(unsafe { Box::from_raw(self.sb.as_ptr()) });
     }
 }

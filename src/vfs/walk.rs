@@ -325,7 +325,7 @@ impl Vfs {
         allow_negative: bool,
     ) -> RcuWalk {
         let sb = self.sb();
-        let root = sb.root;
+        let root = sb.root();
         let rename_seq = sb.rename_seq.raw_begin();
         if rename_seq & 1 != 0 {
             return RcuWalk::Fallback;
@@ -477,7 +477,7 @@ impl Vfs {
                 continue;
             }
             if name == b".." {
-                if cur.as_ptr() != sb.root {
+                if cur.as_ptr() != sb.root() {
                     cur = self.dget_parent(&cur);
                 }
                 continue;
