@@ -273,7 +273,7 @@ pub(crate) unsafe fn dput(mut d: *mut Dentry) {
                 // Someone took a reference meanwhile; they own the decision.
                 return;
             }
-            match retain_or_kill(dr, g) {
+            match retain_or_kill(d, dr, g) {
                 Some(parent) => d = parent,
                 None => return,
             }
@@ -286,7 +286,7 @@ pub(crate) unsafe fn dput(mut d: *mut Dentry) {
             return;
         }
         g.set_count(0);
-        match retain_or_kill(dr, g) {
+        match retain_or_kill(d, dr, g) {
             Some(parent) => d = parent,
             None => return,
         }
@@ -297,7 +297,10 @@ pub(crate) unsafe fn dput(mut d: *mut Dentry) {
 /// if it is unhashed. Returns the parent whose reference the kill released,
 /// for the caller to put (iteratively, so long chains cannot overflow the
 /// stack).
-fn retain_or_kill(d: &Dentry, g: LockRefGuard<'_>) -> Option<*mut Dentry> {
+///
+/// `dp` is the dentry's raw pointer as allocated (the LRU stores it and the
+/// free goes through it); `d` is the same dentry borrowed.
+fn retain_or_kill(dp: *mut Dentry, d: &Dentry, g: LockRefGuard<'_>) -> Option<*mut Dentry> {
     let sb = sb_of(d);
     if d.flags() & D_ROOT != 0 {
         return None;
@@ -308,8 +311,8 @@ fn retain_or_kill(d: &Dentry, g: LockRefGuard<'_>) -> Option<*mut Dentry> {
         if d.flags() & D_LRU_LIST == 0 {
             d.set_flags(D_LRU_LIST);
             let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: d is not null.
-            let p = unsafe { NonNull::new_unchecked(d as *const Dentry as *mut Dentry) };
+            // SAFETY: dp is not null.
+            let p = unsafe { NonNull::new_unchecked(dp) };
             if d.inode_ptr().is_null() {
                 lru.negative.push_back(p);
             } else {
@@ -325,13 +328,15 @@ fn retain_or_kill(d: &Dentry, g: LockRefGuard<'_>) -> Option<*mut Dentry> {
         }
         return None;
     }
-    Some(kill(sb, d, g))
+    Some(kill(sb, dp, g))
 }
 
 /// Kill a dentry whose count is 0 and whose lock we hold: mark it dead,
 /// unhash it, drop its inode, and free it (or leave it to the LRU that owns
 /// it). Returns the parent, whose reference the caller must put.
-fn kill(sb: &Super, d: &Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
+fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
+    // SAFETY: the caller holds the dentry's lock, so it is alive.
+    let d = unsafe { &*dp };
     g.mark_dead();
     unhash_locked(sb, d, &g);
     d.set_flags(D_KILLED);
@@ -350,7 +355,7 @@ fn kill(sb: &Super, d: &Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
         .d_children
         .fetch_sub(1, Ordering::Relaxed);
     if !listed {
-        retire_dentry(sb, d as *const Dentry as *mut Dentry);
+        retire_dentry(sb, dp);
     }
     parent
 }
@@ -426,7 +431,7 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
             }
             continue;
         }
-        let parent = kill(sb, d, g);
+        let parent = kill(sb, p.as_ptr(), g);
         freed += 1;
         // SAFETY: kill handed us the parent reference the child held.
         unsafe { dput(parent) };

@@ -469,9 +469,9 @@ impl Vfs {
         };
         let g1 = first.d_lockref.lock();
         let g2 = second.d_lockref.lock();
-        for x in [ad, bd] {
-            if x.flags() & D_HASHED != 0 {
-                sb.table.remove(x as *const Dentry as *mut Dentry);
+        for x in [a, b] {
+            if x.dentry().flags() & D_HASHED != 0 {
+                sb.table.remove(x.as_ptr());
             }
         }
         ad.d_seq.write_begin();
@@ -492,9 +492,12 @@ impl Vfs {
         );
         bd.d_seq.write_end();
         ad.d_seq.write_end();
-        for x in [ad, bd] {
-            if x.flags() & D_HASHED != 0 {
-                sb.table.insert(x as *const Dentry as *mut Dentry);
+        // Re-insert through the references' own pointers: the table must
+        // hold pointers with the allocation's provenance, not ones made
+        // from a shared borrow.
+        for x in [a, b] {
+            if x.dentry().flags() & D_HASHED != 0 {
+                sb.table.insert(x.as_ptr());
             }
         }
         drop(g2);
