@@ -164,7 +164,10 @@ impl PieceStack {
 pub(crate) struct Components<'a> {
     top: Piece,
     below: PieceStack,
-    owned: Vec<Box<[u8]>>,
+    /// Copies of symlink targets (ref-walk), leaked from Boxes so pieces can
+    /// point into them without a later move of the Box re-asserting
+    /// uniqueness; freed in Drop.
+    owned: Vec<*mut [u8]>,
     links: u32,
     _path: PhantomData<&'a [u8]>,
 }
@@ -232,9 +235,13 @@ impl<'a> Components<'a> {
     /// As `push_link_borrowed`, keeping a private copy of the target.
     pub(crate) fn push_link_owned(&mut self, target: Vec<u8>) -> Result<()> {
         self.count_link()?;
-        let b = target.into_boxed_slice();
-        let piece = Piece::new(&b);
-        self.owned.push(b);
+        let raw: *mut [u8] = Box::into_raw(target.into_boxed_slice());
+        self.owned.push(raw);
+        let piece = Piece {
+            ptr: raw as *const u8,
+            len: raw.len(),
+            pos: 0,
+        };
         let old = std::mem::replace(&mut self.top, piece);
         self.below.push(old);
         Ok(())
@@ -292,6 +299,16 @@ fn scan_component(bytes: &[u8], mut pos: usize) -> (usize, u32, u64) {
         first.get_or_insert(m);
     }
     (pos, hash_finish(h, pos - start), first.unwrap_or(0))
+}
+
+impl Drop for Components<'_> {
+    fn drop(&mut self) {
+        for &raw in &self.owned {
+            // SAFETY: each pointer came from Box::into_raw in
+            // push_link_owned and is freed once, here.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+    }
 }
 
 /// How an rcu-walk ended.
