@@ -70,7 +70,10 @@ impl Table {
         let p = (parent as usize as u64) >> 6;
         let h = (p ^ (hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .wrapping_mul(0xD6E8_FEB8_6659_FD93);
-        &self.buckets[(h >> 32) as usize & self.mask]
+        let i = (h >> 32) as usize & self.mask;
+        debug_assert!(i < self.buckets.len());
+        // SAFETY: mask is len - 1 and len a power of two, so i < len.
+        unsafe { self.buckets.get_unchecked(i) }
     }
 
     /// Lockless lookup. Must run inside an RCU read section; every pointer

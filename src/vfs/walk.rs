@@ -20,6 +20,7 @@
 //! for a component over 255 bytes.
 
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use super::dcache::{d_alloc_hashed, d_drop, dput};
 use super::{At, DentryRef, StatMode, Super, Vfs};
@@ -50,19 +51,68 @@ pub(crate) fn check_path(path: &[u8]) -> Result<()> {
 }
 
 /// Word-at-a-time search for a zero byte (paths are short; a generic
-/// memchr spends more on setup than on the search).
+/// memchr spends more on setup than on the search). The last partial word
+/// is read as an overlapping full word when the path has one, so a short
+/// tail costs one load instead of a byte loop.
 #[inline(always)]
 fn has_nul(s: &[u8]) -> bool {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        if w.wrapping_sub(LO) & !w & HI != 0 {
+    let n = s.len();
+    let mut i = 0;
+    while i + 8 <= n {
+        if has_zero_byte(load8(s, i)) {
             return true;
         }
+        i += 8;
     }
-    chunks.remainder().contains(&0)
+    if i == n {
+        return false;
+    }
+    if n >= 8 {
+        // The last 8 bytes overlap ones already checked (none was zero).
+        return has_zero_byte(load8(s, n - 8));
+    }
+    // Shorter than a word: pad with non-zero bytes.
+    let k = n - i;
+    has_zero_byte(load_partial(&s[i..]) | (!0u64 << (8 * k)))
+}
+
+const LO_BYTES: u64 = 0x0101_0101_0101_0101;
+const HI_BYTES: u64 = 0x8080_8080_8080_8080;
+
+/// Flags (in bit 7 of its byte) the lowest zero byte of `w` exactly; bytes
+/// above it may be flagged spuriously, so only the lowest flag is trusted.
+#[inline(always)]
+fn zero_bytes(w: u64) -> u64 {
+    w.wrapping_sub(LO_BYTES) & !w & HI_BYTES
+}
+
+#[inline(always)]
+fn has_zero_byte(w: u64) -> bool {
+    zero_bytes(w) != 0
+}
+
+/// Eight bytes of `s` from `i` as a little-endian word (`i + 8 <= s.len()`).
+#[inline(always)]
+fn load8(s: &[u8], i: usize) -> u64 {
+    let c = &s[i..i + 8];
+    u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+}
+
+/// The bytes of `s` from `i` to its end (fewer than 8), zero padded. When
+/// `s` has at least 8 bytes this is one overlapping load and a shift
+/// instead of a byte-by-byte gather.
+#[inline(always)]
+fn load_tail(s: &[u8], i: usize) -> u64 {
+    let n = s.len();
+    let avail = n - i;
+    debug_assert!(avail < 8);
+    if avail == 0 {
+        0
+    } else if n >= 8 {
+        load8(s, n - 8) >> (8 * (8 - avail))
+    } else {
+        load_partial(&s[i..])
+    }
 }
 
 /// A name component as the walker sees it.
@@ -187,39 +237,57 @@ impl<'a> Components<'a> {
     pub(crate) fn next_comp(&mut self) -> Option<Comp<'_>> {
         loop {
             let bytes = self.top.bytes();
+            let n = bytes.len();
             let mut pos = self.top.pos;
-            while pos < bytes.len() && bytes[pos] == b'/' {
+            while pos < n && bytes[pos] == b'/' {
                 pos += 1;
             }
-            if pos == bytes.len() {
+            if pos == n {
                 self.top.pos = pos;
                 self.top = self.below.pop()?;
                 continue;
             }
             let start = pos;
-            let (hash, first);
-            (pos, hash, first) = scan_component(bytes, pos);
-            self.top.pos = pos;
-            let rest = &bytes[pos..];
-            let more = rest.iter().any(|&b| b != b'/')
-                || (!self.below.is_empty()
-                    && self
-                        .below
-                        .iter()
-                        .any(|p| p.remaining().iter().any(|&b| b != b'/')));
-            let slash = !rest.is_empty()
-                || (!self.below.is_empty() && self.below.iter().any(|p| !p.remaining().is_empty()));
+            let (end, hash, first) = scan_component(bytes, pos);
+            // Look past the slashes after it now, so "is this the last
+            // component" is one compare in the common case. The piece
+            // resumes at `end`: a symlink spliced in here must still see the
+            // slash after it (`link/` must be a directory).
+            let mut next = end;
+            while next < n && bytes[next] == b'/' {
+                next += 1;
+            }
+            self.top.pos = end;
+            let (last, must_dir) = if next < n {
+                (false, false)
+            } else if self.below.is_empty() {
+                (true, end < n)
+            } else {
+                self.ends_here(end < n)
+            };
             // SAFETY: see Piece::bytes; the slice outlives &self.
             let name =
-                unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(start), pos - start) };
+                unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(start), end - start) };
             return Some(Comp {
                 name,
-                last: !more,
-                must_dir: !more && slash,
+                last,
+                must_dir,
                 hash,
                 first,
             });
         }
+    }
+
+    /// (last, must_dir) for a component that ends its piece while symlink
+    /// remainders are pending: it is last only if they hold no name.
+    #[cold]
+    fn ends_here(&self, slash_here: bool) -> (bool, bool) {
+        let more = self
+            .below
+            .iter()
+            .any(|p| p.remaining().iter().any(|&b| b != b'/'));
+        let slash = slash_here || self.below.iter().any(|p| !p.remaining().is_empty());
+        (!more, !more && slash)
     }
 
     /// Continue with `target` before the rest of the path. The caller
@@ -258,47 +326,50 @@ impl<'a> Components<'a> {
 
 /// Scan one component starting at `pos` (not a `/`): returns the position
 /// of the `/` or end that ends it, its hash and its first word. Reads the
-/// path 8 bytes at a time, finding the `/` with the has-zero-byte trick and
-/// hashing the same words, so each byte is looked at once.
+/// path 8 bytes at a time (the last partial word as one overlapping load),
+/// finding the `/` with the has-zero-byte trick and hashing the same words,
+/// so each byte is looked at once.
 #[inline(always)]
 fn scan_component(bytes: &[u8], mut pos: usize) -> (usize, u32, u64) {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
     const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+    let n = bytes.len();
     let start = pos;
     let mut h = HASH_INIT;
-    let mut first = None;
-    while pos + 8 <= bytes.len() {
-        let c = &bytes[pos..pos + 8];
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        let x = w ^ SLASHES;
-        let z = x.wrapping_sub(LO) & !x & HI;
-        if z == 0 {
+    let mut first = 0;
+    loop {
+        let avail = n - pos;
+        let w = if avail >= 8 {
+            load8(bytes, pos)
+        } else {
+            load_tail(bytes, pos)
+        };
+        // Zero padding past the end is never taken for a `/`.
+        let z = zero_bytes(w ^ SLASHES);
+        let k = if z == 0 {
+            8
+        } else {
+            // The lowest flagged byte is exactly the first `/`.
+            (z.trailing_zeros() / 8) as usize
+        }
+        .min(avail);
+        if k == 8 {
             h = hash_word(h, w);
-            first.get_or_insert(w);
+            if pos == start {
+                first = w;
+            }
             pos += 8;
             continue;
         }
-        // The lowest flagged byte is exactly the first `/`.
-        let k = (z.trailing_zeros() / 8) as usize;
         if k > 0 {
             let m = w & ((1u64 << (8 * k)) - 1);
             h = hash_word(h, m);
-            first.get_or_insert(m);
+            if pos == start {
+                first = m;
+            }
         }
         pos += k;
-        return (pos, hash_finish(h, pos - start), first.unwrap_or(0));
+        return (pos, hash_finish(h, pos - start), first);
     }
-    let tail = pos;
-    while pos < bytes.len() && bytes[pos] != b'/' {
-        pos += 1;
-    }
-    if pos > tail {
-        let m = load_partial(&bytes[tail..pos]);
-        h = hash_word(h, m);
-        first.get_or_insert(m);
-    }
-    (pos, hash_finish(h, pos - start), first.unwrap_or(0))
 }
 
 impl Drop for Components<'_> {
@@ -330,8 +401,207 @@ fn inode_of<'g>(d: &Dentry) -> Option<&'g Inode> {
     unsafe { d.inode_ptr().as_ref() }
 }
 
+/// Where an rcu-walk stands, carried from the fast component source to the
+/// general one when a symlink must be followed.
+struct RcuState {
+    cur: *mut Dentry,
+    cur_seq: u32,
+    /// A `..` was taken: the global rename sequence must be unchanged at the end.
+    dotdot: bool,
+    rename_seq: u32,
+    follow_last: bool,
+    allow_negative: bool,
+}
+
+/// What one rcu-walk step decided.
+enum Step<'t> {
+    /// Go on from this dentry (its d_seq sample; whether it is a directory).
+    Enter(*mut Dentry, u32, bool),
+    /// `.`: stay.
+    Stay,
+    /// `..`: to the parent (never above the root).
+    Up,
+    /// A symlink to follow: its cached target.
+    Link(&'t [u8]),
+    /// The walk ends here.
+    End(RcuWalk),
+}
+
+/// A source of path components for the walk loop.
+pub(crate) trait CompSource {
+    fn next_comp(&mut self) -> Option<Comp<'_>>;
+    /// Continue with a symlink's `target` (which outlives the walk) before
+    /// the rest. `Ok(false)`: this source cannot; the caller switches to one
+    /// that can.
+    fn push_link(&mut self, target: &[u8]) -> Result<bool>;
+}
+
+/// Paths up to this long take the padded fast path ([`OnePiece`]); longer
+/// ones go through [`Components`] from the start.
+const FAST_PATH_MAX: usize = 240;
+/// Words of the padded copy: the path and at least 8 zero bytes after it.
+const PAD_WORDS: usize = FAST_PATH_MAX / 8 + 2;
+
+/// The common case: the components of one short path with no symlink to
+/// splice in, read from a copy followed by zero bytes. A path holds no NUL
+/// (`check_path`), so a zero byte is its end, and every 8-byte load is a
+/// plain unaligned load: no bounds checks and no special last word.
+struct OnePiece<'a> {
+    /// The copy: `len` path bytes, then at least 8 zero bytes.
+    buf: &'a [u8],
+    len: usize,
+    /// Where the next component's search starts (past the slashes after
+    /// the last one).
+    pos: usize,
+    /// Where the last component ended (before those slashes).
+    end: usize,
+}
+
+impl<'a> OnePiece<'a> {
+    /// Copy `path` (at most FAST_PATH_MAX bytes, no NUL) into `store`.
+    /// Only the bytes the walk can read are written: the path and the
+    /// words after it up to 8 zero bytes past its end.
+    #[inline(always)]
+    fn new(path: &[u8], store: &'a mut MaybeUninit<[u64; PAD_WORDS]>) -> OnePiece<'a> {
+        let n = path.len();
+        assert!(n <= FAST_PATH_MAX);
+        let words = store.as_mut_ptr().cast::<u64>();
+        // SAFETY: n / 8 + 1 < PAD_WORDS (n <= FAST_PATH_MAX), so both words
+        // are inside `store`; then the path's n bytes go over their start
+        // (the copy does not overlap `path`: store is our own buffer). The
+        // bytes [0, (n / 8 + 2) * 8) are now initialised, and every read
+        // stays below n + 8 <= that bound (see `byte`).
+        let buf = unsafe {
+            words.add(n / 8).write(0);
+            words.add(n / 8 + 1).write(0);
+            std::ptr::copy_nonoverlapping(path.as_ptr(), words.cast::<u8>(), n);
+            std::slice::from_raw_parts(words.cast::<u8>(), (n / 8 + 2) * 8)
+        };
+        OnePiece {
+            buf,
+            len: n,
+            pos: 0,
+            end: 0,
+        }
+    }
+
+    /// The unwalked rest of the path, from the last component's end: a
+    /// symlink handed to `Components` there must still see the slash after
+    /// it (`link/` must be a directory).
+    fn rest(&self) -> &'a [u8] {
+        &self.buf[self.end..self.len]
+    }
+
+    #[inline(always)]
+    fn byte(&self, i: usize) -> u8 {
+        debug_assert!(i < self.buf.len());
+        // SAFETY: callers stay within len + 8 < buf.len(): every scan stops
+        // at the first zero byte, and buf[len..len + 8] are zero.
+        unsafe { *self.buf.as_ptr().add(i) }
+    }
+
+    #[inline(always)]
+    fn word(&self, i: usize) -> u64 {
+        debug_assert!(i + 8 <= self.buf.len());
+        // SAFETY: as `byte`: i <= len, and buf extends 8 bytes past len.
+        u64::from_le(unsafe { self.buf.as_ptr().add(i).cast::<u64>().read_unaligned() })
+    }
+}
+
+impl CompSource for OnePiece<'_> {
+    #[inline(always)]
+    fn next_comp(&mut self) -> Option<Comp<'_>> {
+        const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+        let mut pos = self.pos;
+        while self.byte(pos) == b'/' {
+            pos += 1;
+        }
+        if pos >= self.len {
+            self.pos = pos;
+            self.end = pos;
+            return None;
+        }
+        let start = pos;
+        // A component ends at its first `/` or at the zero after the path.
+        let mut w = self.word(pos);
+        let mut stop = zero_bytes(w ^ SLASHES) | zero_bytes(w);
+        let mut h = HASH_INIT;
+        let first;
+        if stop == 0 {
+            first = w;
+            loop {
+                h = hash_word(h, w);
+                pos += 8;
+                w = self.word(pos);
+                stop = zero_bytes(w ^ SLASHES) | zero_bytes(w);
+                if stop != 0 {
+                    break;
+                }
+            }
+            // The lowest flag of either test is exact: the end.
+            let k = (stop.trailing_zeros() / 8) as usize;
+            if k > 0 {
+                h = hash_word(h, w & ((1u64 << (8 * k)) - 1));
+            }
+            pos += k;
+        } else {
+            // k >= 1: the byte at pos is neither `/` nor zero.
+            let k = (stop.trailing_zeros() / 8) as usize;
+            let m = w & ((1u64 << (8 * k)) - 1);
+            first = m;
+            h = hash_word(h, m);
+            pos += k;
+        }
+        let end = pos;
+        let hash = hash_finish(h, end - start);
+        while self.byte(pos) == b'/' {
+            pos += 1;
+        }
+        self.pos = pos;
+        self.end = end;
+        let last = pos >= self.len;
+        debug_assert!(start < end && end <= self.len);
+        // SAFETY: start < end <= len <= buf.len() (the scan stops at the
+        // zero byte at len at the latest).
+        let name = unsafe { self.buf.get_unchecked(start..end) };
+        Some(Comp {
+            name,
+            last,
+            must_dir: last && end < self.len,
+            hash,
+            first,
+        })
+    }
+
+    #[inline(always)]
+    fn push_link(&mut self, _target: &[u8]) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+impl CompSource for Components<'_> {
+    #[inline(always)]
+    fn next_comp(&mut self) -> Option<Comp<'_>> {
+        Components::next_comp(self)
+    }
+
+    fn push_link(&mut self, target: &[u8]) -> Result<bool> {
+        self.push_link_borrowed(target).map(|()| true)
+    }
+}
+
+#[inline(always)]
+fn is_dir(d: &Dentry) -> bool {
+    inode_of(d).is_some_and(|i| i.kind == FileType::Directory)
+}
+
 impl Vfs {
     /// rcu-walk `path` from `at`. Must be called inside `g`.
+    ///
+    /// The common path (no symlink to follow) reads its components straight
+    /// from `path` ([`OnePiece`]); the first symlink to follow hands the
+    /// walk, where it stands, to the general [`Components`] iterator. Both
+    /// run the same loop and the same per-component step ([`Vfs::rcu_step`]).
     #[inline]
     pub(crate) fn walk_rcu(
         &self,
@@ -342,120 +612,206 @@ impl Vfs {
         allow_negative: bool,
     ) -> RcuWalk {
         let sb = self.sb();
-        let root = sb.root();
         let rename_seq = sb.rename_seq.raw_begin();
         if rename_seq & 1 != 0 {
             return RcuWalk::Fallback;
         }
-        let mut cur: *mut Dentry = match at {
+        let cur: *mut Dentry = match at {
             At::Dir(d) if path.first() != Some(&b'/') => d as *const Dentry as *mut Dentry,
-            _ => root,
+            _ => sb.root(),
         };
         // SAFETY: cur is the root or a dentry the caller holds a reference on.
-        let mut cur_seq = unsafe { &*cur }.d_seq.raw_begin();
+        let cur_seq = unsafe { &*cur }.d_seq.raw_begin();
         if cur_seq & 1 != 0 {
             return RcuWalk::Fallback;
         }
-        let mut dotdot = false;
-        let mut comps = Components::new(path);
-        loop {
-            // SAFETY: cur was reached inside the read section.
-            let cd = unsafe { &*cur };
-            let Some(comp) = comps.next_comp() else {
-                break;
-            };
-            let (name, last, must_dir) = (comp.name, comp.last, comp.must_dir);
-            let (hash, first) = (comp.hash, comp.first);
-            // Only directories have components after them.
-            let Some(dir) = inode_of(cd) else {
-                return validated(cd, cur_seq, Errno::ENOENT);
-            };
-            if dir.kind != FileType::Directory {
-                return validated(cd, cur_seq, Errno::ENOTDIR);
+        let mut st = RcuState {
+            cur,
+            cur_seq,
+            dotdot: false,
+            rename_seq,
+            follow_last,
+            allow_negative,
+        };
+        if path.len() > FAST_PATH_MAX {
+            return self.walk_rcu_general(&mut st, Components::new(path));
+        }
+        let mut store = MaybeUninit::uninit();
+        let mut one = OnePiece::new(path, &mut store);
+        match self.rcu_loop(&mut st, &mut one) {
+            Ok(r) => r,
+            Err(target) => self.walk_rcu_links(&mut st, target, one.rest()),
+        }
+    }
+
+    /// The rest of an rcu-walk once a symlink must be followed: `target`
+    /// first, then `rest` of the path.
+    #[cold]
+    fn walk_rcu_links(&self, st: &mut RcuState, target: &[u8], rest: &[u8]) -> RcuWalk {
+        let mut comps = Components::new(rest);
+        if let Err(e) = comps.push_link_borrowed(target) {
+            return RcuWalk::Err(e);
+        }
+        self.walk_rcu_general(st, comps)
+    }
+
+    /// rcu-walk with the general iterator (long paths, symlinks).
+    #[cold]
+    #[inline(never)]
+    fn walk_rcu_general(&self, st: &mut RcuState, mut comps: Components<'_>) -> RcuWalk {
+        match self.rcu_loop(st, &mut comps) {
+            Ok(r) => r,
+            // Components follows links itself; this cannot happen.
+            Err(_) => RcuWalk::Fallback,
+        }
+    }
+
+    /// Walk the components `src` yields from `st`. `Err(target)`: a symlink
+    /// to follow that `src` cannot take (the walk stands on its directory).
+    #[inline(always)]
+    fn rcu_loop<'t, S: CompSource>(
+        &self,
+        st: &mut RcuState,
+        src: &mut S,
+    ) -> std::result::Result<RcuWalk, &'t [u8]> {
+        let sb = self.sb();
+        let root = sb.root();
+        // SAFETY: st.cur was reached inside the read section.
+        let mut cur_dir = is_dir(unsafe { &*st.cur });
+        while let Some(comp) = src.next_comp() {
+            if !cur_dir {
+                // Only directories have components after them.
+                // SAFETY: st.cur was reached inside the read section.
+                let cd = unsafe { &*st.cur };
+                let e = if inode_of(cd).is_none() {
+                    Errno::ENOENT
+                } else {
+                    Errno::ENOTDIR
+                };
+                return Ok(validated(cd, st.cur_seq, e));
             }
-            if name.len() > NAME_MAX {
-                return validated(cd, cur_seq, Errno::ENAMETOOLONG);
-            }
-            if name == b"." {
-                continue;
-            }
-            if name == b".." {
-                dotdot = true;
-                if cur != root {
-                    let p = cd.parent_ptr();
-                    // SAFETY: a parent outlives its children's read sections.
-                    let ps = unsafe { &*p }.d_seq.raw_begin();
-                    if ps & 1 != 0 || cd.d_seq.read_retry(cur_seq) {
-                        return RcuWalk::Fallback;
+            match self.rcu_step(sb, st, &comp) {
+                Step::Enter(d, seq, dir) => {
+                    st.cur = d;
+                    st.cur_seq = seq;
+                    cur_dir = dir;
+                }
+                Step::Stay => {}
+                Step::Up => {
+                    st.dotdot = true;
+                    if st.cur != root {
+                        // SAFETY: st.cur was reached inside the read section.
+                        let cd = unsafe { &*st.cur };
+                        let p = cd.parent_ptr();
+                        // SAFETY: a parent outlives its children's read sections.
+                        let pd = unsafe { &*p };
+                        let ps = pd.d_seq.raw_begin();
+                        if ps & 1 != 0 || cd.d_seq.read_retry(st.cur_seq) {
+                            return Ok(RcuWalk::Fallback);
+                        }
+                        st.cur = p;
+                        st.cur_seq = ps;
+                        cur_dir = is_dir(pd);
                     }
-                    cur = p;
-                    cur_seq = ps;
                 }
-                continue;
-            }
-            let (d, dseq) = match sb.table.lookup_rcu_word(cur, name, hash, first) {
-                RcuHit::Found(d, s) => (d, s),
-                RcuHit::Missing | RcuHit::Busy => return RcuWalk::Fallback,
-            };
-            // The child is only as good as the parent we found it in.
-            if cd.d_seq.read_retry(cur_seq) {
-                return RcuWalk::Fallback;
-            }
-            // SAFETY: found in the table inside the read section.
-            let dd = unsafe { &*d };
-            let inode = inode_of(dd);
-            if sb.revalidate {
-                let v = sb.fs.revalidate(
-                    dir.ino,
-                    name,
-                    inode.map(|i| i.ino),
-                    dd.d_time.load(crate::sync::Ordering::Relaxed),
-                    true,
-                );
-                if v != Validity::Valid {
-                    return RcuWalk::Fallback;
+                Step::Link(target) => {
+                    if target[0] == b'/' {
+                        st.cur = root;
+                        // SAFETY: the root lives as long as the Vfs.
+                        st.cur_seq = unsafe { &*root }.d_seq.raw_begin();
+                        cur_dir = true;
+                    }
+                    match src.push_link(target) {
+                        Ok(true) => {}
+                        Ok(false) => return Err(target),
+                        Err(e) => return Ok(RcuWalk::Err(e)),
+                    }
                 }
+                Step::End(r) => return Ok(r),
             }
-            let Some(inode) = inode else {
-                if last && allow_negative {
-                    cur = d;
-                    cur_seq = dseq;
-                    break;
-                }
-                return validated(dd, dseq, Errno::ENOENT);
-            };
-            if inode.kind == FileType::Symlink && (!last || follow_last || must_dir) {
+        }
+        if st.dotdot && sb.rename_seq.read_retry(st.rename_seq) {
+            return Ok(RcuWalk::Fallback);
+        }
+        Ok(RcuWalk::Done(st.cur, st.cur_seq))
+    }
+
+    /// One rcu-walk step from the directory `st.cur`: look `c` up and say
+    /// where the walk goes next. Nothing is trusted until the parent's
+    /// `d_seq` is seen unchanged after the child was found.
+    #[inline(always)]
+    fn rcu_step<'t>(&self, sb: &Super, st: &RcuState, c: &Comp<'_>) -> Step<'t> {
+        let cur = st.cur;
+        // SAFETY: st.cur was reached inside the read section.
+        let cd = unsafe { &*cur };
+        let name = c.name;
+        if name.len() > NAME_MAX {
+            return Step::End(validated(cd, st.cur_seq, Errno::ENAMETOOLONG));
+        }
+        // `first` is the name zero padded: "." and ".." in one compare each.
+        if name.len() <= 2 && c.first as u8 == b'.' {
+            if name.len() == 1 {
+                return Step::Stay;
+            }
+            if c.first == u64::from(u16::from_le_bytes(*b"..")) {
+                return Step::Up;
+            }
+        }
+        let (d, dseq) = match sb.table.lookup_rcu_word(cur, name, c.hash, c.first) {
+            RcuHit::Found(d, s) => (d, s),
+            RcuHit::Missing | RcuHit::Busy => return Step::End(RcuWalk::Fallback),
+        };
+        // The child is only as good as the parent we found it in.
+        if cd.d_seq.read_retry(st.cur_seq) {
+            return Step::End(RcuWalk::Fallback);
+        }
+        // SAFETY: found in the table inside the read section.
+        let dd = unsafe { &*d };
+        let inode = inode_of(dd);
+        if sb.revalidate && !self.rcu_revalidate(sb, cd, dd, name) {
+            return Step::End(RcuWalk::Fallback);
+        }
+        let Some(inode) = inode else {
+            if c.last && st.allow_negative {
+                return Step::Enter(d, dseq, false);
+            }
+            return Step::End(validated(dd, dseq, Errno::ENOENT));
+        };
+        match inode.kind {
+            FileType::Directory => Step::Enter(d, dseq, true),
+            FileType::Symlink if !c.last || st.follow_last || c.must_dir => {
                 let Some(target) = inode.cached_link() else {
-                    return RcuWalk::Fallback;
+                    return Step::End(RcuWalk::Fallback);
                 };
                 if dd.d_seq.read_retry(dseq) {
-                    return RcuWalk::Fallback;
+                    return Step::End(RcuWalk::Fallback);
                 }
                 if target.is_empty() {
-                    return RcuWalk::Err(Errno::ENOENT);
-                }
-                if target[0] == b'/' {
-                    cur = root;
-                    // SAFETY: the root lives as long as the Vfs.
-                    cur_seq = unsafe { &*root }.d_seq.raw_begin();
+                    return Step::End(RcuWalk::Err(Errno::ENOENT));
                 }
                 // The target lives with the inode, past this read section's
                 // use of it.
-                if let Err(e) = comps.push_link_borrowed(target) {
-                    return RcuWalk::Err(e);
-                }
-                continue;
+                Step::Link(target)
             }
-            if must_dir && inode.kind != FileType::Directory {
-                return validated(dd, dseq, Errno::ENOTDIR);
-            }
-            cur = d;
-            cur_seq = dseq;
+            _ if c.must_dir => Step::End(validated(dd, dseq, Errno::ENOTDIR)),
+            _ => Step::Enter(d, dseq, false),
         }
-        if dotdot && sb.rename_seq.read_retry(rename_seq) {
-            return RcuWalk::Fallback;
-        }
-        RcuWalk::Done(cur, cur_seq)
+    }
+
+    /// Ask a revalidating backend, without blocking, whether `dd` (found
+    /// under `cd`) still holds.
+    #[cold]
+    fn rcu_revalidate(&self, sb: &Super, cd: &Dentry, dd: &Dentry, name: &[u8]) -> bool {
+        let Some(dir) = inode_of(cd) else {
+            return false;
+        };
+        sb.fs.revalidate(
+            dir.ino,
+            name,
+            inode_of(dd).map(|i| i.ino),
+            dd.d_time.load(crate::sync::Ordering::Relaxed),
+            true,
+        ) == Validity::Valid
     }
 
     /// ref-walk `path` from `at` holding references. Returns the final
@@ -815,5 +1171,202 @@ mod tests {
         assert!(has_nul(b"\0"));
         assert!(has_nul(b"abcdefgh\0ijk"));
         assert!(!has_nul(b"abcdefghijklmnop"));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod fast_path_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::fs::memfs::MemFs;
+    use crate::fs::Ctx;
+
+    /// A small deterministic generator (xorshift64*), so failures replay.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// A random path of `words`, joined by 1-3 slashes, sometimes with
+    /// leading and trailing slashes.
+    fn random_path(r: &mut Rng, words: &[Vec<u8>], max_len: usize) -> Vec<u8> {
+        let mut p = Vec::new();
+        if r.below(4) == 0 {
+            p.push(b'/');
+        }
+        for i in 0..1 + r.below(6) {
+            if i > 0 {
+                p.extend(std::iter::repeat_n(b'/', 1 + r.below(3)));
+            }
+            p.extend_from_slice(&words[r.below(words.len())]);
+        }
+        if r.below(4) == 0 {
+            p.extend(std::iter::repeat_n(b'/', 1 + r.below(2)));
+        }
+        p.truncate(max_len);
+        p
+    }
+
+    type Seen = (Vec<u8>, bool, bool, u32, u64);
+
+    fn drain(src: &mut impl CompSource) -> Vec<Seen> {
+        let mut v = Vec::new();
+        while let Some(c) = src.next_comp() {
+            v.push((c.name.to_vec(), c.last, c.must_dir, c.hash, c.first));
+        }
+        v
+    }
+
+    #[test]
+    fn padded_scan_agrees_with_general_iterator() {
+        // Lengths around the word size and its multiples, dots, and names
+        // that end exactly where the path does.
+        let mut words: Vec<Vec<u8>> = [1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31]
+            .iter()
+            .map(|&n| (0..n).map(|i| b'a' + (i % 26) as u8).collect())
+            .collect();
+        words.extend([
+            b".".to_vec(),
+            b"..".to_vec(),
+            b"...".to_vec(),
+            b".x".to_vec(),
+        ]);
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        // Under miri (which checks every unchecked load of the padded copy)
+        // a few hundred paths are enough.
+        let n = if cfg!(miri) { 300 } else { 20_000 };
+        for _ in 0..n {
+            let path = random_path(&mut r, &words, FAST_PATH_MAX);
+            let mut store = MaybeUninit::uninit();
+            let mut one = OnePiece::new(&path, &mut store);
+            let mut gen = Components::new(&path);
+            let a = drain(&mut one);
+            let b = drain(&mut gen);
+            assert_eq!(a, b, "path {:?}", String::from_utf8_lossy(&path));
+            for (name, ..) in &a {
+                assert_eq!(
+                    a.iter().find(|s| &s.0 == name).map(|s| s.3),
+                    Some(name_hash(name))
+                );
+            }
+        }
+        // `rest` after a component keeps the slash that follows it.
+        let mut store = MaybeUninit::uninit();
+        let mut one = OnePiece::new(b"ab//cd/", &mut store);
+        assert_eq!(
+            one.next_comp().map(|c| c.name.to_vec()),
+            Some(b"ab".to_vec())
+        );
+        assert_eq!(one.rest(), b"//cd/");
+        assert_eq!(
+            one.next_comp().map(|c| (c.last, c.must_dir)),
+            Some((true, true))
+        );
+        assert_eq!(one.rest(), b"/");
+    }
+
+    /// What ref-walk says `path` is: the inode number or the errno.
+    fn by_ref_walk(vfs: &Vfs, path: &[u8], follow: bool) -> Result<u64> {
+        check_path(path)?;
+        let d = vfs.walk_ref(At::Root, path, follow, false)?;
+        d.inode().map(|i| i.ino).ok_or(Errno::ENOENT)
+    }
+
+    #[test]
+    fn rcu_walk_agrees_with_ref_walk() {
+        let vfs = Vfs::new(Arc::new(MemFs::new())).unwrap();
+        let c = Ctx::ROOT;
+        for d in ["d1", "d1/d2", "eightchr", "sixteen_bytes_xx"] {
+            vfs.mkdir(At::Root, d, 0o755, c).unwrap();
+        }
+        for f in ["f", "d1/f", "d1/d2/f", "eightchr/f"] {
+            vfs.create(At::Root, f, 0o644, c).unwrap();
+        }
+        let long_name = vec![b'n'; 250];
+        let mut long_file = b"d1/".to_vec();
+        long_file.extend_from_slice(&long_name);
+        vfs.create(At::Root, &long_file, 0o644, c).unwrap();
+        for (link, target) in [
+            ("l_file", "d1/f"),
+            ("l_dir", "d1"),
+            ("l_abs", "/d1/d2"),
+            ("l_loop", "l_loop"),
+            ("l_dangle", "nope"),
+            ("l_dot", "."),
+            ("d1/l_up", ".."),
+            ("d1/l_slash", "d2/"),
+            ("l_chain", "l_dir/l_up/l_file"),
+        ] {
+            vfs.symlink(target, At::Root, link, c).unwrap();
+        }
+        let mut words: Vec<Vec<u8>> = [
+            "d1",
+            "d2",
+            "f",
+            "eightchr",
+            "sixteen_bytes_xx",
+            "l_file",
+            "l_dir",
+            "l_abs",
+            "l_loop",
+            "l_dangle",
+            "l_dot",
+            "l_up",
+            "l_slash",
+            "l_chain",
+            "missing",
+            ".",
+            "..",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        words.push(long_name);
+        words.push(vec![b'x'; 300]);
+        let mut r = Rng(0x0123_4567_89AB_CDEF);
+        let (mut answered, mut total) = (0, 0);
+        for i in 0..6_000 {
+            // Mostly short paths (the padded fast path), some long ones.
+            let max = if i % 5 == 0 {
+                PATH_MAX + 100
+            } else {
+                FAST_PATH_MAX
+            };
+            let path = random_path(&mut r, &words, max);
+            if path.is_empty() {
+                continue;
+            }
+            for follow in [true, false] {
+                let want = by_ref_walk(&vfs, &path, follow);
+                // ref-walk cached what it saw; rcu-walk may now answer.
+                let rcu = vfs.try_stat_rcu(At::Root, &path, follow, StatMode::RefFree);
+                total += 1;
+                if let Some(got) = rcu {
+                    answered += 1;
+                    assert_eq!(
+                        got.map(|a| a.ino),
+                        want,
+                        "rcu-walk of {:?} (follow {follow})",
+                        String::from_utf8_lossy(&path)
+                    );
+                }
+                let full = vfs.stat_with(At::Root, &path, follow, StatMode::RefFree);
+                assert_eq!(full.map(|a| a.ino), want);
+            }
+        }
+        // The comparison means something only if rcu-walk mostly answered.
+        assert!(
+            answered * 10 > total * 8,
+            "rcu-walk answered {answered} of {total}"
+        );
     }
 }
