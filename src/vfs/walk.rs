@@ -1017,9 +1017,16 @@ impl Vfs {
     #[inline]
     pub fn stat_with(&self, at: At<'_>, path: &[u8], follow: bool, mode: StatMode) -> Result<Attr> {
         check_path(path)?;
-        if let Some(r) = self.try_stat_rcu(at, path, follow, mode) {
-            return r;
+        match self.try_stat_rcu(at, path, follow, mode) {
+            Some(r) => r,
+            None => self.stat_ref(at, path, follow),
         }
+    }
+
+    /// `stat` by ref-walk, once rcu-walk gave up.
+    #[cold]
+    #[inline(never)]
+    fn stat_ref(&self, at: At<'_>, path: &[u8], follow: bool) -> Result<Attr> {
         let sb = self.sb();
         let d = self.walk_ref(at, path, follow, false)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
