@@ -3,12 +3,15 @@
 //!
 //! Each thread has its own descriptor table holding a reference to the same
 //! file, as processes forked from one parent share the files they inherited.
-//! `dup` takes a file reference (`f_count`, written), `close` flushes through
-//! the read-mostly part (`f_op`, `f_inode`, the handle) and drops the
-//! reference again. In the `packed` layout those reads land on the line the
-//! other threads keep writing, so every close misses on it; in `split` they
-//! sit on a line nobody writes. The count itself is shared in both: the
-//! difference between the variants is the false sharing alone.
+//! `dup` takes a file reference (`f_count`, written), `close` tests the mode
+//! (`FMODE_PATH`), flushes through the read-mostly part (`f_op`, `f_inode`,
+//! the handle) and drops the reference again. In the `packed` layout those
+//! reads land on the line the other threads keep writing, so every close
+//! misses on it (a read that fetches the line Shared, then the decrement
+//! that must upgrade it again); in `split` they sit on a line nobody writes
+//! and the count's line sees only the two atomic read-modify-writes. The
+//! count itself is shared in both: the difference between the variants is
+//! the false sharing alone.
 //!
 //! Its variant there is `syscall`.
 //!
