@@ -710,7 +710,11 @@ fn locked_walk_steps_refresh_the_inode_copy() {
             "{v}"
         );
         assert_eq!(fs.getattr_cached(d).map(|a| a.perm), Some(0o700), "{v}");
-        assert_eq!(fs.getattr_cached(f), None, "{v}: the entry is not refreshed");
+        assert_eq!(
+            fs.getattr_cached(f),
+            None,
+            "{v}: the entry is not refreshed"
+        );
         // In rcu-walk nothing is touched: the walk must come back blocking.
         fs.set_perm(d, 0o750).unwrap();
         assert_eq!(
