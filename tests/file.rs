@@ -22,6 +22,8 @@ struct CountFs {
     releases: AtomicUsize,
     flushes: AtomicUsize,
     written: AtomicUsize,
+    /// Has no `->flush` (as tmpfs): `close` must not call `flush`.
+    no_flush: bool,
 }
 
 const DATA: &[u8] = b"0123456789";
@@ -49,6 +51,9 @@ impl FileSystem for CountFs {
     fn flush(&self, _ino: Ino, _fh: u64) -> dcache::Result<()> {
         self.flushes.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+    fn flush_on_close(&self) -> bool {
+        !self.no_flush
     }
     fn release(&self, _ino: Ino, _fh: u64) -> dcache::Result<()> {
         self.releases.fetch_add(1, Ordering::SeqCst);
@@ -132,10 +137,13 @@ fn layouts_differ_in_what_shares_the_hot_line() {
         assert_eq!(split.lines(h), Some((0, 0)), "split: {h}");
         assert_eq!(packed.lines(h), Some((0, 0)), "packed: {h}");
     }
-    for c in ["f_op", "f_inode", "f_path"] {
+    // The mode (read by close's FMODE_PATH test and every read and write)
+    // is read-mostly: on the written line only in packed.
+    for c in ["f_mode", "f_op", "f_inode", "f_path"] {
         assert_eq!(split.lines(c).unwrap().0, 1, "split: {c}");
         assert_eq!(packed.lines(c), Some((0, 0)), "packed: {c}");
     }
+    assert_eq!(split.lines("fh"), Some((1, 1)));
     // A big payload moves nothing into the split hot line.
     assert!(!FileRef::<[u8; 300], Split>::layout().hot_shares_line_with_cold());
 }
@@ -225,6 +233,32 @@ fn ebadf<L: Layout>() {
     );
 }
 both_layouts!(ebadf_t, ebadf);
+
+fn close_without_backend_flush<L: Layout>() {
+    let s = Setup {
+        fs: Arc::new(CountFs {
+            no_flush: true,
+            ..CountFs::default()
+        }),
+        drops: Arc::new(AtomicUsize::new(0)),
+    };
+    let t = FdTable::<Payload, L>::new();
+    let fd = t.install(s.open::<L>(libc::O_RDWR)).unwrap();
+    let d = t.dup(fd).unwrap();
+    t.close(d).unwrap();
+    assert_eq!(
+        s.fs.flushes.load(Ordering::SeqCst),
+        0,
+        "no ->flush, no call"
+    );
+    t.close(fd).unwrap();
+    assert_eq!(s.fs.flushes.load(Ordering::SeqCst), 0);
+    assert_eq!((s.releases(), s.drops()), (1, 1), "release still comes");
+    // The backend's flush itself still answers when asked (FUSE_FLUSH).
+    s.fs.flush(7, 3).unwrap();
+    assert_eq!(s.fs.flushes.load(Ordering::SeqCst), 1);
+}
+both_layouts!(close_without_backend_flush_t, close_without_backend_flush);
 
 fn emfile_and_lowest_fd<L: Layout>() {
     let s = Setup::new();

@@ -686,3 +686,55 @@ fn readers_race_a_writer() {
         assert_eq!(fs.node_count(), 3);
     }
 }
+
+/// The locked variants do under their lock what kernfs did: every directory
+/// a walk passes and the opened file get their inode copy refreshed
+/// (kernfs_iop_permission -> kernfs_refresh_inode), whether or not anything
+/// changed. The copy shows it: stale after a change, fresh again after one
+/// blocking revalidate (directory) or open (file), with no getattr.
+#[test]
+fn locked_walk_steps_refresh_the_inode_copy() {
+    for v in [Variant::Mutex, Variant::RwLock] {
+        let fs = KernFs::with_variant(v);
+        let d = fs.create_dir(ROOT_INO, "d", 0o755).unwrap();
+        let f = fs.create_file(d, "f", 0o444, text("f"), None).unwrap();
+        fs.set_perm(d, 0o700).unwrap();
+        fs.set_perm(f, 0o400).unwrap();
+        assert_eq!(fs.getattr_cached(d), None, "{v}: no copy yet");
+        assert_eq!(fs.getattr_cached(f), None, "{v}: no copy yet");
+        // Revalidating `f` in `d` checks `d` first (may_lookup).
+        let cookie = fs.dir_cookie(d);
+        assert_eq!(
+            fs.revalidate(d, b"f", Some(f), cookie, false),
+            Validity::Valid,
+            "{v}"
+        );
+        assert_eq!(fs.getattr_cached(d).map(|a| a.perm), Some(0o700), "{v}");
+        assert_eq!(
+            fs.getattr_cached(f),
+            None,
+            "{v}: the entry is not refreshed"
+        );
+        // In rcu-walk nothing is touched: the walk must come back blocking.
+        fs.set_perm(d, 0o750).unwrap();
+        assert_eq!(
+            fs.revalidate(d, b"f", Some(f), cookie, true),
+            Validity::NeedBlocking
+        );
+        assert_eq!(fs.getattr_cached(d), None, "{v}");
+        // Opening `f` checks `f` (may_open).
+        let fh = fs.open(f, libc::O_RDONLY).unwrap();
+        assert_eq!(fs.getattr_cached(f).map(|a| a.perm), Some(0o400), "{v}");
+        fs.release(f, fh).unwrap();
+    }
+    // The rcu variant keeps its copy lazily: revalidation does not refresh.
+    let fs = KernFs::with_variant(Variant::Rcu);
+    let d = fs.create_dir(ROOT_INO, "d", 0o755).unwrap();
+    let f = fs.create_file(d, "f", 0o444, text("f"), None).unwrap();
+    let cookie = fs.dir_cookie(d);
+    assert_eq!(
+        fs.revalidate(d, b"f", Some(f), cookie, true),
+        Validity::Valid
+    );
+    assert_eq!(fs.getattr_cached(d), None);
+}

@@ -311,6 +311,8 @@ fn read_write_and_handles() {
     assert_eq!(fs.flush(f.ino, rw), Ok(()));
     assert_eq!(fs.fsync(f.ino, rw, true), Ok(()));
     assert_eq!(fs.flush(f.ino, 9999), Err(Errno::EBADF));
+    // As tmpfs (no ->flush), close does not call flush at all.
+    assert!(!fs.flush_on_close());
     assert_eq!(fs.fsync(g.ino, rw, false), Err(Errno::EBADF));
     assert_eq!(fs.open_handles(), 3);
     for fh in [rw, ro, wo] {

@@ -3,12 +3,28 @@
 //! the same line as the read-mostly ones, as Linux's struct file had them).
 //!
 //! Every `fget`/`fput` writes `f_count`; every `read` takes `f_pos_lock` and
-//! writes `f_pos`. `f_op`, `f_inode` and `f_path` are written once at open
-//! and then only read, but read by every operation. When both kinds share a
-//! line, each count change on one CPU evicts the line another CPU only needed
-//! for reading. Both layouts are compiled into every binary so that one
-//! benchmark run compares them; the `const` assertions below keep each
-//! honest about what it claims.
+//! writes `f_pos`. `f_mode`, `f_op`, `f_inode` and `f_path` are written once
+//! at open and then only read, but read by every operation. When both kinds
+//! share a line, each count change on one CPU evicts the line another CPU
+//! only needed for reading. Both layouts are compiled into every binary so
+//! that one benchmark run compares them; the `const` assertions below keep
+//! each honest about what it claims.
+//!
+//! `f_mode` is the field that decides it. Linux kept it next to `f_count`
+//! (the mode bits are checked together with the count: `__fget_files`
+//! tests `f_mode & mask` right before taking the reference, `filp_close`
+//! tests `FMODE_PATH` right before the final `fput`). With the count and
+//! the mode on one line, every such check is a read of the line the other
+//! CPUs keep writing: a read miss that fetches it Shared, then the atomic
+//! increment or decrement must upgrade it again, two coherence transactions
+//! where one RFO would do. Linux's fix (the `file_ref_t` rework, v6.13)
+//! moved the count to the end of `struct file`, away from `f_mode` and
+//! `f_op`. `split` does the same: its hot line holds only what is
+//! written (count, position lock, position); the mode, being written only at
+//! open, is read-mostly and sits with `f_op`, `f_inode` and the handle on a
+//! line that nobody writes, so those checks hit a Shared line that stays
+//! Shared. `packed` keeps the old order: count, mode, ops and inode on one
+//! line.
 
 use std::any::type_name;
 use std::mem::{align_of, offset_of, size_of};
@@ -58,8 +74,9 @@ pub trait Layout: Send + Sync + 'static {
     fn describe<T: Send + Sync + 'static>() -> LayoutInfo;
 }
 
-/// The written-often fields; the rest are read-mostly.
-pub const HOT_FIELDS: [&str; 4] = ["f_count", "f_mode", "f_pos_lock", "f_pos"];
+/// The written-often fields; the rest (`f_mode` among them: it is set at
+/// open and only read afterwards) are read-mostly.
+pub const HOT_FIELDS: [&str; 3] = ["f_count", "f_pos_lock", "f_pos"];
 
 /// A type's layout as `dcache layout` prints it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,24 +117,27 @@ impl LayoutInfo {
 #[repr(C)]
 pub struct FileHot {
     f_count: AtomicUsize,
-    f_mode: u32,
     f_pos_lock: Mutex<()>,
     f_pos: AtomicU64,
 }
 
-/// Hot fields on line 0, everything read-mostly from line 1 on.
+/// Hot fields on line 0, everything read-mostly from line 1 on. What `fget`,
+/// `close` and `read` read besides the count (mode, ops, inode, handle)
+/// comes first, so it shares line 1 whatever the size of the path payload.
 #[repr(C, align(64))]
 pub struct SplitFile<T> {
     hot: CacheAligned<FileHot>,
-    f_path: T,
+    f_mode: u32,
+    f_flags: i32,
     f_op: Arc<dyn FileSystem>,
     f_inode: Ino,
     fh: u64,
-    f_flags: i32,
+    f_path: T,
 }
 
 /// Linux's order before the fix: path, ops and inode, then the count, mode
-/// and position lock, all on line 0 (for a pointer-sized `T`).
+/// and position lock, all on line 0 (for a pointer-sized `T`): reading the
+/// mode or the ops table is a read of the line the count is written on.
 #[repr(C, align(64))]
 pub struct PackedFile<T> {
     f_path: T,
@@ -162,7 +182,15 @@ const _: () = {
     assert!(offset_of!(SplitFile<usize>, f_inode) >= CACHE_LINE);
     assert!(offset_of!(SplitFile<usize>, fh) >= CACHE_LINE);
     assert!(offset_of!(SplitFile<usize>, f_flags) >= CACHE_LINE);
+    assert!(offset_of!(SplitFile<usize>, f_mode) >= CACHE_LINE);
     assert!(offset_of!(SplitFile<[u8; 200]>, f_op) >= CACHE_LINE);
+    // What the fast path reads besides the count shares one read-mostly
+    // line (line 1), for any payload: the payload comes after it.
+    type S = SplitFile<[u8; 200]>;
+    assert!(line(offset_of!(S, f_mode)) == 1);
+    assert!(last_line(offset_of!(S, f_op), size_of::<Arc<dyn FileSystem>>()) == 1);
+    assert!(last_line(offset_of!(S, f_inode), size_of::<Ino>()) == 1);
+    assert!(last_line(offset_of!(S, fh), 8) == 1);
 
     // packed: with a pointer-sized path, count, mode and position lock share
     // line 0 with path, ops and inode.
@@ -182,22 +210,22 @@ impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
         SplitFile {
             hot: CacheAligned::new(FileHot {
                 f_count: AtomicUsize::new(1),
-                f_mode: mode,
                 f_pos_lock: Mutex::new(()),
                 f_pos: AtomicU64::new(0),
             }),
-            f_path: p.path,
+            f_mode: mode,
+            f_flags: p.flags,
             f_op: p.fs,
             f_inode: p.ino,
             fh: p.fh,
-            f_flags: p.flags,
+            f_path: p.path,
         }
     }
     fn f_count(&self) -> &AtomicUsize {
         &self.hot.f_count
     }
     fn f_mode(&self) -> u32 {
-        self.hot.f_mode
+        self.f_mode
     }
     fn f_pos_lock(&self) -> &Mutex<()> {
         &self.hot.f_pos_lock
@@ -328,7 +356,7 @@ impl Layout for Split {
                     offset_of!(S<T>, hot.0.f_count),
                     size_of::<AtomicUsize>(),
                 ),
-                ("f_mode", offset_of!(S<T>, hot.0.f_mode), size_of::<u32>()),
+                ("f_mode", offset_of!(S<T>, f_mode), size_of::<u32>()),
                 (
                     "f_pos_lock",
                     offset_of!(S<T>, hot.0.f_pos_lock),

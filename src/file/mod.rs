@@ -222,10 +222,11 @@ impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
     }
 
     /// What `close` does before dropping the descriptor's reference (Linux
-    /// filp_close): the backend's flush, except for O_PATH files.
+    /// filp_close): the backend's flush, except for O_PATH files and
+    /// backends that have none (`FileSystem::flush_on_close`).
     pub fn flush(&self) -> Result<()> {
         let f = self.f();
-        if f.f_mode() & FMODE_PATH != 0 {
+        if f.f_mode() & FMODE_PATH != 0 || !f.f_op().flush_on_close() {
             return Ok(());
         }
         f.f_op().flush(f.f_inode(), f.fh())

@@ -336,6 +336,15 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether `close` of a descriptor calls [`flush`](Self::flush). Linux's
+    /// `filp_close` calls `f_op->flush` only where a filesystem has one
+    /// (NFS, FUSE); tmpfs, ext4 and sysfs have none, so their `close` reads
+    /// nothing of the filesystem. `true` (the default) keeps the call; an
+    /// explicit `flush` (FUSE_FLUSH from the frontend) is made either way.
+    fn flush_on_close(&self) -> bool {
+        true
+    }
+
     fn fsync(&self, _ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
         Ok(())
     }

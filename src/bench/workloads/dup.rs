@@ -3,18 +3,23 @@
 //!
 //! Each thread has its own descriptor table holding a reference to the same
 //! file, as processes forked from one parent share the files they inherited.
-//! `dup` takes a file reference (`f_count`, written), `close` flushes through
-//! the read-mostly part (`f_op`, `f_inode`, the handle) and drops the
-//! reference again. In the `packed` layout those reads land on the line the
-//! other threads keep writing, so every close misses on it; in `split` they
-//! sit on a line nobody writes. The count itself is shared in both: the
-//! difference between the variants is the false sharing alone.
+//! `dup` takes a file reference (`f_count`, written), `close` tests the mode
+//! (`FMODE_PATH`), asks the ops table whether the backend has a flush (memfs,
+//! like tmpfs, has none; one that has gets `f_inode` and the handle) and
+//! drops the reference again. In the `packed` layout those
+//! reads land on the line the other threads keep writing, so every close
+//! misses on it (a read that fetches the line Shared, then the decrement
+//! that must upgrade it again); in `split` they sit on a line nobody writes
+//! and the count's line sees only the two atomic read-modify-writes. The
+//! count itself is shared in both: the difference between the variants is
+//! the false sharing alone.
 //!
 //! Its variant there is `syscall`.
 //!
 //! `file-sharing` isolates the effect: worker 0 only takes and drops
 //! references (it writes `f_count`), every other worker only reads the
-//! read-mostly fields that `close` reads (`f_op`, `f_inode`, the handle).
+//! read-mostly fields that `close` and `read` read (`f_mode`, `f_op`,
+//! `f_inode`, the handle).
 //! Nothing is shared between them but the cache line in `packed`; in
 //! `split`, nothing at all. It shows whether a machine's CPUs pay for false
 //! sharing at all, which `dup-close` alone cannot tell apart from the true
@@ -125,15 +130,15 @@ impl Workload for SharingWorkload {
     }
 }
 
-/// What `close` reads of a file besides its count: the ops table (through
-/// which it calls), the inode and the handle.
+/// What `close` and `read` read of a file besides its count: the mode, the
+/// ops table (through which they call), the inode and the handle.
 #[inline(always)]
 fn read_mostly<L: Layout>(file: &FileRef<OpenPath, L>) -> usize {
     // black_box on the reference: the fields are reloaded every time
     // instead of being hoisted out of the loop as loop-invariant.
     let f = std::hint::black_box(file);
     let ops = Arc::as_ptr(f.fs()) as *const u8 as usize;
-    ops ^ f.ino() as usize ^ f.fh() as usize
+    ops ^ f.mode() as usize ^ f.ino() as usize ^ f.fh() as usize
 }
 
 struct SharingCase<L: Layout>(LibCase<L>);
@@ -388,7 +393,7 @@ mod tests {
     fn the_reader_reads_what_close_reads() {
         let file = open_shared::<Split>().unwrap();
         let ops = Arc::as_ptr(file.fs()) as *const u8 as usize;
-        let want = ops ^ file.ino() as usize ^ file.fh() as usize;
+        let want = ops ^ file.mode() as usize ^ file.ino() as usize ^ file.fh() as usize;
         assert_eq!(read_mostly(&file), want);
         assert_eq!(file.count(), 1);
     }

@@ -7,11 +7,20 @@
 //! construction, and three [`Variant`]s reproduce kernfs' history for the
 //! benchmarks:
 //!
-//! | variant  | lock   | revalidate                                  | getattr, read      |
-//! |----------|--------|---------------------------------------------|--------------------|
-//! | `mutex`  | mutex  | under the lock; negative entries never kept | under the lock     |
-//! | `rwlock` | rwlock | under the lock; negatives kept by revision  | under the lock     |
-//! | `rcu`    | rwlock | lockless, from atomics                      | lockless when clean|
+//! | variant  | lock   | revalidate                                  | permission, getattr | read      |
+//! |----------|--------|---------------------------------------------|---------------------|-----------|
+//! | `mutex`  | mutex  | under the lock; negative entries never kept | under the lock      | lockless  |
+//! | `rwlock` | rwlock | under the lock; negatives kept by revision  | under the lock      | lockless  |
+//! | `rcu`    | rwlock | lockless, from atomics                      | lockless when clean | lockless  |
+//!
+//! The locked variants do under their lock what kernfs did under
+//! `kernfs_mutex` (5.13) or `kernfs_rwsem` (5.15): for every directory a
+//! walk passes, the permission check's attribute refresh
+//! (`kernfs_iop_permission` -> `kernfs_refresh_inode`) and then the entry's
+//! revalidation (`kernfs_dop_revalidate`: active, parent, name); for the
+//! opened file, the refresh again (`may_open`). Reading an attribute takes
+//! an active reference and calls `show` outside the tree lock in every
+//! variant, as kernfs does (under the open file's own mutex there).
 //!
 //! Every directory has a revision, bumped after each change to its entries
 //! and readable without the lock. [`FileSystem::dir_cookie`] hands it out
@@ -464,23 +473,40 @@ impl KernFs {
         }
     }
 
-    /// An active reference on a live node; the locked variants find the
-    /// node under the tree lock first, as kernfs' open paths did.
+    /// An active reference on a live node. Lockless in every variant, as
+    /// kernfs_get_active always was (an atomic on the node's active count;
+    /// `kernfs_seq_start` and `kernfs_fop_read_iter` never take the tree
+    /// lock).
     fn get_active(&self, ino: Ino) -> Result<Active<'_>> {
         let slot = self.slot(ino)?;
-        if !self.lockless() {
-            let t = self.tree.read();
-            t.node(ino)?;
-            if !slot.get_active() {
-                return Err(Errno::ENOENT);
-            }
-            drop(t);
-            return Ok(Active(slot));
-        }
         if !slot.get_active() {
             return Err(Errno::ENOENT);
         }
         Ok(Active(slot))
+    }
+
+    /// kernfs_iop_permission of the locked variants (Linux 5.13's mutex,
+    /// 5.15's rwsem): under the tree lock, copy the node's attributes into
+    /// its inode copy (kernfs_refresh_inode, done on every call whether or
+    /// not anything changed), and hand them to the access check. The path
+    /// walk makes this call for every directory it passes (may_lookup) and
+    /// `open` for the file (may_open), each a lock round of its own, as in
+    /// Linux. The access check itself (generic_permission) ran after the
+    /// unlock there; every Vfs walk runs as root, whom it lets through.
+    fn permission_locked(&self, ino: Ino) -> Result<Attr> {
+        let t = self.tree.read();
+        let attr = t.node(ino)?.attr(ino);
+        if let Some(s) = self.slots.get(ino) {
+            // Relaxed: versions only move under the write lock, which our
+            // hold excludes and has synchronised with.
+            let v = s.attr_ver.load(Ordering::Relaxed);
+            // Unconditional, as kernfs_refresh_inode: under the rwlock two
+            // refreshers may meet, and the second skips (Linux 5.15 made it
+            // wait on the inode's i_lock instead, then write the same values).
+            s.snap.try_store(v, &attr);
+        }
+        drop(t);
+        Ok(attr)
     }
 
     fn revalidate_lockless(&self, dir: Ino, ino: Option<Ino>, cookie: u64) -> Validity {
@@ -678,8 +704,8 @@ impl FileSystem for KernFs {
             }
             slot.kind()
         } else {
-            let t = self.tree.read();
-            Some(t.node(ino)?.kind())
+            // may_open -> kernfs_iop_permission on the file itself.
+            Some(self.permission_locked(ino)?.kind)
         };
         let writing = acc != libc::O_RDONLY;
         match kind {
@@ -748,8 +774,18 @@ impl FileSystem for KernFs {
         rcu: bool,
     ) -> Validity {
         match self.reval {
-            Revalidate::Lockless => self.revalidate_lockless(dir, ino, cookie),
-            _ if rcu => Validity::NeedBlocking,
+            Revalidate::Lockless => return self.revalidate_lockless(dir, ino, cookie),
+            _ if rcu => return Validity::NeedBlocking,
+            _ => {}
+        }
+        // The walk checked the directory before looking in it (may_lookup ->
+        // kernfs_iop_permission: one lock round), then asks about the entry
+        // (kernfs_dop_revalidate: another, except for negative entries in
+        // the old kernfs, which are never trusted).
+        if self.permission_locked(dir).is_err() {
+            return Validity::Invalid;
+        }
+        match self.reval {
             Revalidate::LockedPositiveOnly if ino.is_none() => Validity::Invalid,
             _ => self.revalidate_locked(dir, name, ino, cookie),
         }
