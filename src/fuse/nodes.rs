@@ -139,8 +139,39 @@ impl Nodes {
         }
         // Otherwise the kernel's reference already pins the node and `d`
         // is dropped here.
-        self.stats.kernel_refs.fetch_add(1, Ordering::Relaxed);
+        self.stats.kernel_refs.add(1);
         Ok(id)
+    }
+
+    /// Count one more kernel lookup of `d` without a reference of our own:
+    /// only while the kernel already holds the node (its lookup count is
+    /// above zero, so the kernel's reference keeps the dentry alive). The id
+    /// for an entry reply, or `None` when the count is zero (the caller then
+    /// takes a reference and uses [`Nodes::hand_out`]). `d` must be positive
+    /// and reached inside a read section (or under a reference).
+    pub fn hand_out_held(&self, d: &Dentry) -> Option<u64> {
+        let p = d as *const Dentry;
+        if p == self.root {
+            return Some(ROOT_ID);
+        }
+        // Relaxed: as in hand_out, the RMWs on the count are totally
+        // ordered. A forget that empties the count either comes first (we
+        // then see 0 and decline) or second (it sees our +1 and keeps the
+        // kernel's reference). Nothing of the dentry is read after this
+        // step (the id is its address), so it needs no ordering beyond
+        // the caller's read section. The count never reaches u64::MAX in
+        // practice; checked_add declines rather than wraps.
+        d.d_fsdata
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                if c == 0 {
+                    None
+                } else {
+                    c.checked_add(1)
+                }
+            })
+            .ok()?;
+        self.stats.kernel_refs.add(1);
+        Some(p as u64)
     }
 
     /// The kernel forgot `n` lookups of node `id`; at zero, drop its
@@ -162,7 +193,7 @@ impl Nodes {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(n));
         match taken {
             Ok(prev) => {
-                self.stats.kernel_refs.fetch_sub(n, Ordering::Relaxed);
+                self.stats.kernel_refs.sub(n);
                 if prev == n {
                     self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
                     // SAFETY: the count went from n to 0, so this thread
