@@ -12,6 +12,11 @@
 //!   (`get_not_dead` on a cached dentry, or a fresh one); it adds one to the
 //!   lookup count, and keeps its reference for the kernel if the count was
 //!   0, else drops it;
+//! - except for a node the kernel already holds, found by an rcu-walk
+//!   ([`Nodes::hand_out_held`]): there the lookup takes no reference and
+//!   only moves the count from `c > 0` to `c + 1` (a compare-and-swap that
+//!   refuses 0), inside the read section that keeps the dentry's memory
+//!   valid; at 0 it falls back to the reference-taking path above;
 //! - `forget(id, n)` subtracts `n` and drops the kernel's reference if that
 //!   brought the count to 0.
 //!
@@ -19,7 +24,10 @@
 //! racing the forget that empties a node either comes first (the forget
 //! sees a count above `n` and keeps the reference) or second (it finds 0
 //! and keeps its own); in both cases the node stays alive for the new
-//! reply. A forgotten node is freed by the `dput` that drops its last
+//! reply. A reference-free lookup racing it either comes first (the forget
+//! sees its +1) or finds 0 and falls back. The count is above zero only
+//! while a reference backs it (taken before the 0 -> 1 step, dropped after
+//! the step to 0), so a successful `c -> c + 1` never revives a dead node. A forgotten node is freed by the `dput` that drops its last
 //! reference, once, and never while a lookup can still return it (the
 //! lockref and `d_seq` make a lookup that meets a dying dentry fall back).
 //! One reference per node, not one per lookup, because the kernel's count
