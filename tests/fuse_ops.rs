@@ -80,6 +80,36 @@ fn lookups_are_counted_and_pin_the_node_once() {
     assert_eq!(c.dentries(), 1);
 }
 
+/// A cached name whose node the kernel forgot is looked up again with a
+/// fresh reference for the kernel (the reference-free answer is only for
+/// nodes the kernel still holds); one it holds is answered without
+/// touching the dentry's reference count.
+#[test]
+fn a_forgotten_node_is_pinned_again_by_its_next_lookup() {
+    let fs = fs_with(|m| {
+        m.write_file("f", b"x").unwrap();
+    });
+    let f = lookup(&fs, ROOT, "f");
+    fs.do_forget(f, 1);
+    assert_eq!(fs.stats().report().referenced, 0);
+    // Still cached (nothing shrank it), but no longer the kernel's.
+    let probe = fs.vfs().lookup(dcache::At::Root, "f", false).unwrap();
+    assert_eq!(probe.count(), 1, "only the probe holds it");
+    assert_eq!(lookup(&fs, ROOT, "f"), f, "same dentry, same node id");
+    assert_eq!(probe.count(), 2, "the kernel's reference is back");
+    for _ in 0..3 {
+        lookup(&fs, ROOT, "f");
+    }
+    assert_eq!(probe.count(), 2, "held lookups take no reference");
+    let r = fs.stats().report();
+    assert_eq!((r.referenced, r.lookups), (1, 4));
+    fs.do_forget(f, 4);
+    assert_eq!(probe.count(), 1);
+    drop(probe);
+    fs.vfs().shrink(usize::MAX);
+    assert_eq!(fs.vfs().counters().dentries(), 1);
+}
+
 #[test]
 fn a_forget_of_more_than_was_handed_out_is_refused() {
     let fs = fs_with(|m| {

@@ -21,12 +21,16 @@ pub fn kind(k: FileType) -> fuser::FileType {
 }
 
 /// A `Timespec` (seconds may be negative) as a `SystemTime`.
+#[inline]
 pub fn system_time(t: Timespec) -> SystemTime {
-    let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
+    let nsec = t.nsec.min(999_999_999);
     if t.sec >= 0 {
-        UNIX_EPOCH + Duration::from_secs(t.sec as u64) + nsec
+        // One addition (every reply converts three times): nsec < 1e9, so
+        // Duration::new does not carry.
+        UNIX_EPOCH + Duration::new(t.sec as u64, nsec)
     } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
+            + Duration::from_nanos(u64::from(nsec))
     }
 }
 
@@ -55,15 +59,17 @@ pub fn timespec(t: SystemTime) -> Timespec {
 
 /// `a` as the kernel should see it under node id `id` (which is also the
 /// `st_ino` it reports: fuser sends one value for both).
+#[inline]
 pub fn file_attr(id: u64, a: &Attr) -> FileAttr {
+    let ctime = system_time(a.ctime);
     FileAttr {
         ino: INodeNo(id),
         size: a.size,
         blocks: a.blocks,
         atime: system_time(a.atime),
         mtime: system_time(a.mtime),
-        ctime: system_time(a.ctime),
-        crtime: system_time(a.ctime),
+        ctime,
+        crtime: ctime,
         kind: kind(a.kind),
         perm: a.perm,
         nlink: a.nlink,

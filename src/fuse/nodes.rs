@@ -12,6 +12,11 @@
 //!   (`get_not_dead` on a cached dentry, or a fresh one); it adds one to the
 //!   lookup count, and keeps its reference for the kernel if the count was
 //!   0, else drops it;
+//! - except for a node the kernel already holds, found by an rcu-walk
+//!   ([`Nodes::hand_out_held`]): there the lookup takes no reference and
+//!   only moves the count from `c > 0` to `c + 1` (a compare-and-swap that
+//!   refuses 0), inside the read section that keeps the dentry's memory
+//!   valid; at 0 it falls back to the reference-taking path above;
 //! - `forget(id, n)` subtracts `n` and drops the kernel's reference if that
 //!   brought the count to 0.
 //!
@@ -19,7 +24,10 @@
 //! racing the forget that empties a node either comes first (the forget
 //! sees a count above `n` and keeps the reference) or second (it finds 0
 //! and keeps its own); in both cases the node stays alive for the new
-//! reply. A forgotten node is freed by the `dput` that drops its last
+//! reply. A reference-free lookup racing it either comes first (the forget
+//! sees its +1) or finds 0 and falls back. The count is above zero only
+//! while a reference backs it (taken before the 0 -> 1 step, dropped after
+//! the step to 0), so a successful `c -> c + 1` never revives a dead node. A forgotten node is freed by the `dput` that drops its last
 //! reference, once, and never while a lookup can still return it (the
 //! lockref and `d_seq` make a lookup that meets a dying dentry fall back).
 //! One reference per node, not one per lookup, because the kernel's count
@@ -139,8 +147,39 @@ impl Nodes {
         }
         // Otherwise the kernel's reference already pins the node and `d`
         // is dropped here.
-        self.stats.kernel_refs.fetch_add(1, Ordering::Relaxed);
+        self.stats.kernel_refs.add(1);
         Ok(id)
+    }
+
+    /// Count one more kernel lookup of `d` without a reference of our own:
+    /// only while the kernel already holds the node (its lookup count is
+    /// above zero, so the kernel's reference keeps the dentry alive). The id
+    /// for an entry reply, or `None` when the count is zero (the caller then
+    /// takes a reference and uses [`Nodes::hand_out`]). `d` must be positive
+    /// and reached inside a read section (or under a reference).
+    pub fn hand_out_held(&self, d: &Dentry) -> Option<u64> {
+        let p = d as *const Dentry;
+        if p == self.root {
+            return Some(ROOT_ID);
+        }
+        // Relaxed: as in hand_out, the RMWs on the count are totally
+        // ordered. A forget that empties the count either comes first (we
+        // then see 0 and decline) or second (it sees our +1 and keeps the
+        // kernel's reference). Nothing of the dentry is read after this
+        // step (the id is its address), so it needs no ordering beyond
+        // the caller's read section. The count never reaches u64::MAX in
+        // practice; checked_add declines rather than wraps.
+        d.d_fsdata
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                if c == 0 {
+                    None
+                } else {
+                    c.checked_add(1)
+                }
+            })
+            .ok()?;
+        self.stats.kernel_refs.add(1);
+        Some(p as u64)
     }
 
     /// The kernel forgot `n` lookups of node `id`; at zero, drop its
@@ -162,7 +201,7 @@ impl Nodes {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(n));
         match taken {
             Ok(prev) => {
-                self.stats.kernel_refs.fetch_sub(n, Ordering::Relaxed);
+                self.stats.kernel_refs.sub(n);
                 if prev == n {
                     self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
                     // SAFETY: the count went from n to 0, so this thread

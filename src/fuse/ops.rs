@@ -48,10 +48,28 @@ impl DcacheFs {
     }
 
     /// `Ok(None)`: the name does not exist (a negative entry).
+    ///
+    /// A name the kernel already holds a node for (the common case: the
+    /// revalidation LOOKUPs that timeouts of 0 cause on every path walk) is
+    /// answered from the rcu-walk without taking a reference or a lock:
+    /// the kernel's own reference pins the node ([`Nodes::hand_out_held`]).
+    /// Anything else takes the reference-counted path.
+    ///
+    /// [`Nodes::hand_out_held`]: super::nodes::Nodes::hand_out_held
     pub fn do_lookup(&self, parent: u64, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
-        match self.vfs.lookup(At::Dir(p.dentry()), name, false) {
-            Ok(d) => self.entry(d).map(Some),
+        let fast = self.vfs.lookup_rcu_with(At::Dir(p.dentry()), name, |d, a| {
+            self.nodes.hand_out_held(d).map(|id| (id, *a))
+        });
+        let r = match fast {
+            Some(r) => r,
+            None => self
+                .vfs
+                .lookup(At::Dir(p.dentry()), name, false)
+                .and_then(|d| self.entry(d)),
+        };
+        match r {
+            Ok(e) => Ok(Some(e)),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }

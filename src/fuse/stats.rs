@@ -6,12 +6,62 @@
 //! progress signal while pruning.
 
 use crate::cache_aligned::CacheAligned;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// Shards of a [`Sharded`] counter: more than the worker threads of any
+/// mount on the machines we target; threads beyond share shards.
+const SHARDS: usize = 16;
+
+/// A counter that every FUSE worker updates on nearly every request (one
+/// per LOOKUP): one cache line per shard, and each thread adds to its own,
+/// so two workers never bounce a line between CPUs for it. A shard may go
+/// "negative" (a forget subtracts on another thread than the lookup
+/// added); the values wrap, and their wrapping sum is the count.
+#[derive(Default)]
+pub struct Sharded([CacheAligned<AtomicU64>; SHARDS]);
+
+/// This thread's shard, assigned round-robin on first use.
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| {
+        let mut i = s.get();
+        if i == usize::MAX {
+            // Relaxed: only spreads threads over shards.
+            i = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            s.set(i);
+        }
+        i
+    })
+}
+
+impl Sharded {
+    pub fn add(&self, n: u64) {
+        // Relaxed: statistics (module docs). fetch_add wraps.
+        self.0[shard()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn sub(&self, n: u64) {
+        // Relaxed: as in add; fetch_sub wraps.
+        self.0[shard()].fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// The sum of the shards: exact once the updaters are quiet (joined),
+    /// a recent value while they run.
+    pub fn load(&self) -> u64 {
+        self.0
+            .iter()
+            // Relaxed: statistics.
+            .fold(0u64, |acc, c| acc.wrapping_add(c.load(Ordering::Relaxed)))
+    }
+}
 
 #[derive(Default)]
 pub struct Stats {
     /// Counted dentry references handed to the kernel, not yet forgotten.
-    pub(crate) kernel_refs: CacheAligned<AtomicU64>,
+    pub(crate) kernel_refs: Sharded,
     /// Dentries with at least one such reference.
     pub(crate) kernel_nodes: CacheAligned<AtomicU64>,
     /// Open file handles not yet released.
@@ -38,7 +88,7 @@ impl Stats {
         // Relaxed: see the module docs.
         Report {
             referenced: self.kernel_nodes.load(Ordering::Relaxed),
-            lookups: self.kernel_refs.load(Ordering::Relaxed),
+            lookups: self.kernel_refs.load(),
             open_files: self.open_files.load(Ordering::Relaxed),
             bad_forgets: self.bad_forgets.load(Ordering::Relaxed),
         }
@@ -64,6 +114,26 @@ impl std::fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sharded_sums_over_threads() {
+        let c = std::sync::Arc::new(Sharded::default());
+        c.add(5);
+        // Subtracted on other threads than it was added on: those shards
+        // wrap below zero, the sum does not.
+        let ts: Vec<_> = (0..3)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || c.sub(1))
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(c.load(), 2);
+        c.sub(2);
+        assert_eq!(c.load(), 0);
+    }
 
     #[test]
     fn report_text() {

@@ -1132,6 +1132,55 @@ impl Vfs {
         }
         self.walk_ref(at, path, follow, false)
     }
+
+    /// [`Vfs::lookup`] without a reference, for callers that can pin the
+    /// result by other means (the FUSE daemon: a node the kernel already
+    /// holds). Resolves `path` from `at` (a final symlink is not followed)
+    /// in rcu-walk only, then, still inside the read section, hands the
+    /// positive dentry and its validated attributes to `claim`, which
+    /// returns `None` to decline. The dentry is only guaranteed to exist
+    /// until `claim` returns.
+    ///
+    /// `None`: no answer here (the walk gave up, the backend revalidates
+    /// names, a writer interfered, or `claim` declined); the caller then
+    /// falls back to [`Vfs::lookup`]. `Some(Err)`: a definite error, as
+    /// `lookup` would return it.
+    #[inline]
+    pub fn lookup_rcu_with<R>(
+        &self,
+        at: At<'_>,
+        path: &[u8],
+        claim: impl FnOnce(&Dentry, &Attr) -> Option<R>,
+    ) -> Option<Result<R>> {
+        if let Err(e) = check_path(path) {
+            return Some(Err(e));
+        }
+        let sb = self.sb();
+        // A revalidating backend must be asked about the name and for fresh
+        // attributes: the ref-walk path does that.
+        if sb.revalidate {
+            return None;
+        }
+        let g = sb.rcu.read_lock();
+        match self.walk_rcu(&g, at, path, false, false) {
+            RcuWalk::Err(e) => Some(Err(e)),
+            RcuWalk::Fallback => None,
+            RcuWalk::Done(d, seq) => {
+                // SAFETY: found inside the read section, which lasts until
+                // `g` drops, after `claim` returns.
+                let dd = unsafe { &*d };
+                let a = inode_of(dd)?.try_attr()?;
+                // The attributes belong to the name only if the dentry did
+                // not change since the walk sampled it.
+                if dd.d_seq.read_retry(seq) {
+                    return None;
+                }
+                let r = claim(dd, &a)?;
+                drop(g);
+                Some(Ok(r))
+            }
+        }
+    }
 }
 
 /// Return `e` if `d` is unchanged since `seq`, else fall back.
