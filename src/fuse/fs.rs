@@ -23,6 +23,7 @@ use super::handles::Handles;
 use super::nodes::Nodes;
 use super::ops::Entry;
 use super::options::Timeouts;
+use super::poll::Poller;
 use super::stats::{Report, Stats};
 
 /// Node ids are never reused while the kernel may hold them, so one
@@ -49,6 +50,8 @@ pub struct DcacheFs {
     stats: Arc<Stats>,
     cfg: FsConfig,
     report: Arc<OnceLock<Report>>,
+    /// Set once the session is mounted, if it busy-polls (`poll_us`).
+    poll: Arc<OnceLock<Arc<Poller>>>,
     /// Declared last: dropped after `Drop::drop` gave back our references.
     pub(crate) vfs: Vfs,
 }
@@ -73,6 +76,7 @@ impl DcacheFs {
             stats,
             cfg,
             report: Arc::new(OnceLock::new()),
+            poll: Arc::new(OnceLock::new()),
             vfs,
         }
     }
@@ -90,6 +94,19 @@ impl DcacheFs {
         self.report.clone()
     }
 
+    /// Where the session's [`Poller`] goes once it is mounted.
+    pub fn poll_slot(&self) -> Arc<OnceLock<Arc<Poller>>> {
+        self.poll.clone()
+    }
+
+    /// Every request: tell the poller (if any) that work arrived.
+    #[inline]
+    fn touch(&self) {
+        if let Some(p) = self.poll.get() {
+            p.touch();
+        }
+    }
+
     /// The live counts, shared (they stay readable after the fs is moved
     /// into a session).
     pub fn stats(&self) -> Arc<Stats> {
@@ -105,6 +122,9 @@ impl DcacheFs {
     fn finish(&mut self) {
         if self.report.get().is_some() {
             return;
+        }
+        if let Some(p) = self.poll.get() {
+            p.stop();
         }
         let r = self.stats.report();
         let _ = self.report.set(r);
@@ -145,6 +165,9 @@ impl DcacheFs {
 impl Drop for DcacheFs {
     fn drop(&mut self) {
         // Without a session end (no destroy) there is nothing to report.
+        if let Some(p) = self.poll.get() {
+            p.stop();
+        }
         self.nodes.release(&self.vfs);
     }
 }
@@ -167,6 +190,7 @@ impl Filesystem for DcacheFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.touch();
         match self.do_lookup(parent.0, name.as_bytes()) {
             Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
             Ok(None) if !self.cfg.timeouts.negative.is_zero() => reply.entry_with_ttls(
@@ -181,10 +205,12 @@ impl Filesystem for DcacheFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.touch();
         self.do_forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.touch();
         match self.do_getattr(ino.0) {
             Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(ino.0, &a)),
             Err(e) => reply.error(errno(e)),
@@ -209,6 +235,7 @@ impl Filesystem for DcacheFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.touch();
         // A handle (ftruncate, futimens) names the same node: the change
         // goes to the node either way.
         let set = set_attr(mode, uid, gid, size, atime, mtime);
@@ -219,6 +246,7 @@ impl Filesystem for DcacheFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.touch();
         match self.do_readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -235,6 +263,7 @@ impl Filesystem for DcacheFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.touch();
         let r = self.do_mknod(parent.0, name.as_bytes(), mode, rdev, ctx(req));
         self.reply_entry(reply, r);
     }
@@ -248,15 +277,18 @@ impl Filesystem for DcacheFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.touch();
         let r = self.do_mkdir(parent.0, name.as_bytes(), mode, ctx(req));
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.touch();
         Self::reply_empty(reply, self.do_unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.touch();
         Self::reply_empty(reply, self.do_rmdir(parent.0, name.as_bytes()));
     }
 
@@ -268,6 +300,7 @@ impl Filesystem for DcacheFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.touch();
         let r = self.do_symlink(
             parent.0,
             link_name.as_bytes(),
@@ -287,6 +320,7 @@ impl Filesystem for DcacheFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.touch();
         let r = self.do_rename(
             parent.0,
             name.as_bytes(),
@@ -305,11 +339,13 @@ impl Filesystem for DcacheFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.touch();
         let r = self.do_link(ino.0, newparent.0, newname.as_bytes());
         self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.touch();
         match self.do_open(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno(e)),
@@ -327,6 +363,7 @@ impl Filesystem for DcacheFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.touch();
         match self.do_read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -345,6 +382,7 @@ impl Filesystem for DcacheFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.touch();
         match self.do_write(fh.0, offset, data) {
             // A write never exceeds max_write (16 MiB), so the count fits.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
@@ -360,6 +398,7 @@ impl Filesystem for DcacheFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.touch();
         Self::reply_empty(reply, self.do_flush(fh.0));
     }
 
@@ -373,6 +412,7 @@ impl Filesystem for DcacheFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.touch();
         Self::reply_empty(reply, self.do_release(fh.0));
     }
 
@@ -384,6 +424,7 @@ impl Filesystem for DcacheFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.touch();
         Self::reply_empty(reply, self.do_fsync(fh.0, datasync));
     }
 
@@ -395,6 +436,7 @@ impl Filesystem for DcacheFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.touch();
         let r = self.do_readdir(ino.0, offset, &mut |i, off, k, name| {
             reply.add(INodeNo(i), off, kind(k), OsStr::from_bytes(name))
         });
@@ -412,6 +454,7 @@ impl Filesystem for DcacheFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.touch();
         let (attr_ttl, entry_ttl) = (self.cfg.timeouts.attr, self.cfg.timeouts.entry);
         // fuser sends one timeout per entry for both the name and the
         // attributes: the shorter one keeps both promises.
@@ -440,11 +483,13 @@ impl Filesystem for DcacheFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.touch();
         // Directory changes are made in the backend as they happen.
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.touch();
         match self.do_statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -454,6 +499,7 @@ impl Filesystem for DcacheFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.touch();
         let r = self.do_access(ino.0, req.uid(), req.gid(), req.pid(), mask.bits());
         Self::reply_empty(reply, r);
     }
@@ -468,6 +514,7 @@ impl Filesystem for DcacheFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.touch();
         match self.do_create(parent.0, name.as_bytes(), mode, flags, ctx(req)) {
             // fuser sends one timeout for the name and the attributes.
             Ok(((id, a), fh)) => reply.created(

@@ -21,6 +21,8 @@
 //! - [`options`], [`backend`], [`cli`], [`session`]: the command line, the
 //!   mount options, the backends, and mounting, signals, pruning the
 //!   kernel's cache and unmounting.
+//! - [`poll`]: one worker busy-polls /dev/fuse while requests keep coming
+//!   and CPUs are free ([`crate::pollgate`] decides when).
 //! - [`testing`]: mount a memfs tree through the daemon for tests and
 //!   benchmarks.
 //!
@@ -46,6 +48,7 @@ pub mod handles;
 pub mod nodes;
 pub mod ops;
 pub mod options;
+pub mod poll;
 pub mod session;
 pub mod stats;
 pub mod testing;

@@ -11,6 +11,7 @@
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
+//! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default 1000; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
 use std::time::Duration;
@@ -46,6 +47,11 @@ impl Timeouts {
     };
 }
 
+/// How long the poller keeps spinning after the last request (one to two
+/// of these): long enough to span a client's gap between two requests,
+/// short enough that the governor wakes rarely.
+pub const DEFAULT_POLL: Duration = Duration::from_micros(1000);
+
 /// Everything `-o` can set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOptions {
@@ -58,6 +64,8 @@ pub struct MountOptions {
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
     pub clone_fd: bool,
+    /// Busy-poll window ([`super::poll`]); zero: never poll.
+    pub poll: Duration,
     pub fsname: Option<String>,
     pub subtype: Option<String>,
     /// Other options passed to the kernel or fusermount.
@@ -74,6 +82,7 @@ impl Default for MountOptions {
             direct_io: None,
             max_threads: 0,
             clone_fd: true,
+            poll: DEFAULT_POLL,
             fsname: None,
             subtype: None,
             mount: Vec::new(),
@@ -118,6 +127,14 @@ impl MountOptions {
             Some(_) => Err(format!("option {key} takes no value")),
         };
         match key {
+            "poll_us" => {
+                let us: u64 = need(key, val)?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n <= 1_000_000)
+                    .ok_or_else(|| format!("bad value for poll_us: {val:?} (0 to 1000000)"))?;
+                self.poll = Duration::from_micros(us);
+            }
             "attr_timeout" => self.timeouts.attr = seconds(key, need(key, val)?)?,
             "entry_timeout" => self.timeouts.entry = seconds(key, need(key, val)?)?,
             "negative_timeout" => self.timeouts.negative = seconds(key, need(key, val)?)?,
@@ -193,6 +210,13 @@ impl MountOptions {
         }
     }
 
+    /// The busy-poll window for a session with these options, if it polls:
+    /// never with `poll_us=0`, nor when several workers share one descriptor.
+    pub fn poll_window(&self, single: bool) -> Option<Duration> {
+        let shared = self.threads(single) > 1 && !self.clone_fd;
+        (!self.poll.is_zero() && !shared).then_some(self.poll)
+    }
+
     /// fuser's session configuration.
     pub fn fuser_config(&self, single: bool, default_fsname: &str) -> fuser::Config {
         let mut m = self.mount.clone();
@@ -253,6 +277,22 @@ mod tests {
     }
 
     #[test]
+    fn poll_window() {
+        let d = MountOptions::parse::<&str>(&[]).unwrap();
+        assert_eq!(d.poll_window(false), Some(DEFAULT_POLL));
+        assert_eq!(d.poll_window(true), Some(DEFAULT_POLL));
+        let o = MountOptions::parse(&["poll_us=250"]).unwrap();
+        assert_eq!(o.poll_window(false), Some(Duration::from_micros(250)));
+        let off = MountOptions::parse(&["poll_us=0"]).unwrap();
+        assert_eq!(off.poll_window(false), None);
+        // Several workers on one descriptor would all spin: no polling...
+        let shared = MountOptions::parse(&["no_clone_fd,max_threads=4"]).unwrap();
+        assert_eq!(shared.poll_window(false), None);
+        // ...unless there is only one worker.
+        assert_eq!(shared.poll_window(true), Some(DEFAULT_POLL));
+    }
+
+    #[test]
     fn bad_options_are_refused() {
         for bad in [
             "attr_timeout",
@@ -263,6 +303,9 @@ mod tests {
             "frobnicate",
             "ro=1",
             "allow_other=yes",
+            "poll_us",
+            "poll_us=-1",
+            "poll_us=1000001",
         ] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad} accepted");
         }

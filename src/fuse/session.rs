@@ -24,6 +24,7 @@
 //! after that is in use (an open file, a working directory) or leaked.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ use crate::Vfs;
 use super::backend::Backend;
 use super::fs::{DcacheFs, FsConfig};
 use super::options::MountOptions;
+use super::poll::Poller;
 use super::stats::{Report, Stats};
 
 /// What `dcache mount` was asked to do.
@@ -67,15 +69,27 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     let fs = DcacheFs::new(vfs, cfg);
     let report = fs.report_slot();
     let stats = fs.stats();
+    let poll = fs.poll_slot();
     let config = req
         .options
         .fuser_config(req.single_threaded, &req.backend.fsname());
     // Before any thread exists, so that every thread inherits the mask.
     let signals = signals::block()?;
+    let mut start_poll = None;
     let mut session = Session::new(fs, &req.mountpoint, &config)
         .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
+    if let Some(w) = req.options.poll_window(req.single_threaded) {
+        // After the fork below the governor thread would not exist: start
+        // it in the process that serves.
+        start_poll = Some(w);
+    }
     if !req.foreground {
         daemon::detach()?;
+    }
+    if let Some(w) = start_poll {
+        if let Some(p) = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))? {
+            let _ = poll.set(p);
+        }
     }
     let unmounter = session.unmount_callable();
     let at = std::fs::canonicalize(&req.mountpoint).unwrap_or_else(|_| req.mountpoint.clone());
@@ -135,6 +149,7 @@ impl Pruner {
 pub struct Mounted {
     session: Option<BackgroundSession>,
     report: Arc<OnceLock<Report>>,
+    poll: Arc<OnceLock<Arc<Poller>>>,
     pruner: Pruner,
     path: PathBuf,
 }
@@ -142,6 +157,11 @@ pub struct Mounted {
 impl Mounted {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The busy-poller, if this mount polls (`poll_us`, [`super::poll`]).
+    pub fn poller(&self) -> Option<&Arc<Poller>> {
+        self.poll.get()
     }
 
     /// The counts now.
@@ -188,8 +208,15 @@ pub fn mount(
     let fs = DcacheFs::new(vfs, fs_config(options, false, false));
     let report = fs.report_slot();
     let stats = fs.stats();
+    let poll = fs.poll_slot();
     let config = options.fuser_config(false, "dcache");
-    let session = Session::new(fs, mountpoint, &config)?.spawn()?;
+    let session = Session::new(fs, mountpoint, &config)?;
+    if let Some(w) = options.poll_window(false) {
+        if let Some(p) = Poller::start(session.as_fd(), w)? {
+            let _ = poll.set(p);
+        }
+    }
+    let session = session.spawn()?;
     let path = std::fs::canonicalize(mountpoint)?;
     Ok(Mounted {
         pruner: Pruner {
@@ -199,6 +226,7 @@ pub fn mount(
         },
         session: Some(session),
         report,
+        poll,
         path,
     })
 }

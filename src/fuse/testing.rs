@@ -101,6 +101,11 @@ impl TempMount {
         &self.dir
     }
 
+    /// The mount's busy-poller, if it polls.
+    pub fn poller(&self) -> Option<&std::sync::Arc<super::poll::Poller>> {
+        self.mounted.as_ref().and_then(|m| m.poller())
+    }
+
     /// Unmount and return the daemon's report.
     pub fn unmount(mut self) -> io::Result<Report> {
         let r = match self.mounted.take() {
