@@ -30,21 +30,16 @@ pub enum PollState {
     Cold,
     /// The source is polled.
     Hot,
-    /// The source blocks and requests leave it so, until the governor
-    /// [`release`](PollGate::release)s it: polling was found to take a CPU
-    /// that something else was waiting for.
-    Held,
 }
 
 const COLD: u8 = 0;
 const HOT: u8 = 1;
-const HELD: u8 = 2;
 
 fn decode(s: u8) -> PollState {
-    match s {
-        HOT => PollState::Hot,
-        HELD => PollState::Held,
-        _ => PollState::Cold,
+    if s == HOT {
+        PollState::Hot
+    } else {
+        PollState::Cold
     }
 }
 
@@ -53,7 +48,7 @@ fn decode(s: u8) -> PollState {
 pub struct PollGate {
     /// Whether a request arrived since the last tick (0 or 1).
     seen: AtomicU8,
-    /// COLD, HOT or HELD. Read by every request; written only with `mode`
+    /// COLD or HOT. Read by every request; written only with `mode`
     /// held, and always together with the source's real mode.
     state: AtomicU8,
     /// Held while the source's mode is changed.
@@ -121,24 +116,6 @@ impl PollGate {
         self.state.store(COLD, Ordering::Relaxed);
         PollState::Cold
     }
-
-    /// Stop polling and stay stopped until [`release`](Self::release):
-    /// from HOT, `set(false)`; from COLD, only refuse to heat.
-    pub fn hold(&self, set: impl FnOnce(bool)) {
-        let _m = lock(&self.mode);
-        if self.state.load(Ordering::Relaxed) == HOT {
-            set(false);
-        }
-        self.state.store(HELD, Ordering::Relaxed);
-    }
-
-    /// Let requests heat the gate again (from HELD to COLD).
-    pub fn release(&self) {
-        let _m = lock(&self.mode);
-        if self.state.load(Ordering::Relaxed) == HELD {
-            self.state.store(COLD, Ordering::Relaxed);
-        }
-    }
 }
 
 /// A poisoned mode lock only means a `set` panicked; the flags are still
@@ -169,27 +146,5 @@ mod tests {
         assert!(!mode.get());
         assert!(g.touch(set), "and the next request heats again");
         assert!(mode.get());
-    }
-
-    #[test]
-    fn held_gate_ignores_requests_until_released() {
-        let g = PollGate::new();
-        let mode = Cell::new(false);
-        let set = |on: bool| mode.set(on);
-        assert!(g.touch(set));
-        g.hold(set);
-        assert!(!mode.get(), "holding a hot gate stops the polling");
-        assert_eq!(g.state(), PollState::Held);
-        assert!(!g.touch(|_| panic!("held")));
-        assert_eq!(g.tick(|_| panic!("held")), PollState::Held);
-        g.release();
-        assert_eq!(g.state(), PollState::Cold);
-        assert!(g.touch(set));
-        assert!(mode.get());
-        // Holding a cold gate changes no mode.
-        assert_eq!(g.tick(set), PollState::Hot);
-        assert_eq!(g.tick(set), PollState::Cold);
-        g.hold(|_| panic!("already blocking"));
-        assert_eq!(g.state(), PollState::Held);
     }
 }

@@ -1,6 +1,7 @@
 //! The busy-poller (`-o poll_us`, `dcache::fuse::poll`) on a real mount:
 //! requests make it poll, an idle mount stops polling and uses no CPU, and
-//! `poll_us=0` turns it off. Without a usable /dev/fuse each test prints a
+//! `poll_us=0` turns it off (the default on machines under 4 CPUs is
+//! checked in the options' unit tests). Without a usable /dev/fuse each test prints a
 //! SKIP line and passes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,7 @@ fn mount(poll_us: u64) -> Option<TempMount> {
     let o = MountOptions {
         timeouts: Timeouts::NONE,
         default_permissions: false,
-        poll: Duration::from_micros(poll_us),
+        poll: Some(Duration::from_micros(poll_us)),
         ..MountOptions::default()
     };
     let m = TempMount::memfs(&o, |fs| {
@@ -46,10 +47,7 @@ fn cpu_time() -> Duration {
 #[test]
 fn requests_start_polling_and_an_idle_mount_stops() {
     let Some(m) = mount(1000) else { return };
-    let Some(p) = m.poller().cloned() else {
-        eprintln!("SKIP: this machine does not poll (no CPU pressure information, few CPUs)");
-        return;
-    };
+    let p = m.poller().cloned().expect("poll_us=1000 polls");
     assert_eq!(p.state(), PollState::Cold, "nothing arrived yet");
     let path = m.path().join("a/b/c/file");
     let stop = Arc::new(AtomicBool::new(false));
@@ -64,22 +62,19 @@ fn requests_start_polling_and_an_idle_mount_stops() {
             n
         })
     };
-    // While stats flow the gate is hot, or held off when this machine's
-    // CPUs are busy; never cold for a whole second.
-    let mut seen_hot_or_held = false;
+    // While stats flow the gate is hot (it may cool between two requests
+    // when this machine is busy; never for a whole second).
+    let mut seen_hot = false;
     let until = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < until && !seen_hot_or_held {
-        seen_hot_or_held = p.state() != PollState::Cold;
+    while Instant::now() < until && !seen_hot {
+        seen_hot = p.state() == PollState::Hot;
         std::thread::sleep(Duration::from_micros(200));
     }
     stop.store(true, Ordering::Relaxed);
     let stats = client.join().unwrap();
     assert!(stats > 0);
-    assert!(
-        seen_hot_or_held,
-        "{stats} stats never made the gate leave COLD"
-    );
-    // Idle: cold within a few windows (or the longest back-off).
+    assert!(seen_hot, "{stats} stats never made the gate hot");
+    // Idle: cold within a few windows.
     let until = Instant::now() + Duration::from_secs(3);
     while p.state() != PollState::Cold {
         assert!(
@@ -100,7 +95,7 @@ fn requests_start_polling_and_an_idle_mount_stops() {
     );
     // The next request polls again.
     std::fs::metadata(&path).unwrap();
-    assert_ne!(p.state(), PollState::Cold);
+    assert_eq!(p.state(), PollState::Hot);
     let r = m.unmount().unwrap();
     assert_eq!(r.referenced, 0, "{r}");
 }

@@ -11,7 +11,7 @@
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
-//! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default 1000; 0: never; needs `clone_fd` with several workers) |
+//! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
 use std::time::Duration;
@@ -52,6 +52,10 @@ impl Timeouts {
 /// short enough that the governor wakes rarely.
 pub const DEFAULT_POLL: Duration = Duration::from_micros(1000);
 
+/// Poll by default only on machines with this many CPUs: the poller keeps
+/// one busy, which on smaller machines is a client's.
+pub const MIN_CPUS_TO_POLL: usize = 4;
+
 /// Everything `-o` can set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOptions {
@@ -64,8 +68,9 @@ pub struct MountOptions {
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
     pub clone_fd: bool,
-    /// Busy-poll window ([`super::poll`]); zero: never poll.
-    pub poll: Duration,
+    /// Busy-poll window ([`super::poll`]); zero: never poll; `None`:
+    /// [`DEFAULT_POLL`] on machines with [`MIN_CPUS_TO_POLL`] CPUs or more.
+    pub poll: Option<Duration>,
     pub fsname: Option<String>,
     pub subtype: Option<String>,
     /// Other options passed to the kernel or fusermount.
@@ -82,7 +87,7 @@ impl Default for MountOptions {
             direct_io: None,
             max_threads: 0,
             clone_fd: true,
-            poll: DEFAULT_POLL,
+            poll: None,
             fsname: None,
             subtype: None,
             mount: Vec::new(),
@@ -133,7 +138,7 @@ impl MountOptions {
                     .ok()
                     .filter(|&n| n <= 1_000_000)
                     .ok_or_else(|| format!("bad value for poll_us: {val:?} (0 to 1000000)"))?;
-                self.poll = Duration::from_micros(us);
+                self.poll = Some(Duration::from_micros(us));
             }
             "attr_timeout" => self.timeouts.attr = seconds(key, need(key, val)?)?,
             "entry_timeout" => self.timeouts.entry = seconds(key, need(key, val)?)?,
@@ -213,8 +218,19 @@ impl MountOptions {
     /// The busy-poll window for a session with these options, if it polls:
     /// never with `poll_us=0`, nor when several workers share one descriptor.
     pub fn poll_window(&self, single: bool) -> Option<Duration> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.poll_window_on(single, cpus)
+    }
+
+    /// [`poll_window`](Self::poll_window) on a machine with `cpus` CPUs.
+    pub fn poll_window_on(&self, single: bool, cpus: usize) -> Option<Duration> {
         let shared = self.threads(single) > 1 && !self.clone_fd;
-        (!self.poll.is_zero() && !shared).then_some(self.poll)
+        let w = match self.poll {
+            Some(w) => w,
+            None if cpus >= MIN_CPUS_TO_POLL => DEFAULT_POLL,
+            None => Duration::ZERO,
+        };
+        (!w.is_zero() && !shared).then_some(w)
     }
 
     /// fuser's session configuration.
@@ -279,17 +295,18 @@ mod tests {
     #[test]
     fn poll_window() {
         let d = MountOptions::parse::<&str>(&[]).unwrap();
-        assert_eq!(d.poll_window(false), Some(DEFAULT_POLL));
-        assert_eq!(d.poll_window(true), Some(DEFAULT_POLL));
+        assert_eq!(d.poll_window_on(false, 16), Some(DEFAULT_POLL));
+        assert_eq!(d.poll_window_on(true, 4), Some(DEFAULT_POLL));
+        assert_eq!(d.poll_window_on(false, 2), None, "off by default on 2 CPUs");
         let o = MountOptions::parse(&["poll_us=250"]).unwrap();
-        assert_eq!(o.poll_window(false), Some(Duration::from_micros(250)));
+        assert_eq!(o.poll_window_on(false, 2), Some(Duration::from_micros(250)));
         let off = MountOptions::parse(&["poll_us=0"]).unwrap();
-        assert_eq!(off.poll_window(false), None);
+        assert_eq!(off.poll_window_on(false, 16), None);
         // Several workers on one descriptor would all spin: no polling...
         let shared = MountOptions::parse(&["no_clone_fd,max_threads=4"]).unwrap();
-        assert_eq!(shared.poll_window(false), None);
+        assert_eq!(shared.poll_window_on(false, 16), None);
         // ...unless there is only one worker.
-        assert_eq!(shared.poll_window(true), Some(DEFAULT_POLL));
+        assert_eq!(shared.poll_window_on(true, 16), Some(DEFAULT_POLL));
     }
 
     #[test]

@@ -16,59 +16,21 @@
 //! (README, "Against libfuse"). The price is one busy CPU while requests
 //! arrive at least once per window.
 //!
-//! Spinning must not take a CPU that something else is waiting for. So
-//! while it polls, the governor also reads the kernel's CPU pressure
-//! (`/proc/pressure/cpu`, "some": time in which a runnable task waited for a
-//! CPU). If tasks waited for more than a quarter of a window, polling is
-//! held off (the gate's HELD state) for a back-off that doubles, from
-//! [`BACKOFF_MIN`] to [`BACKOFF_MAX`], each time polling is found to hurt,
-//! and starts over once a burst ends by itself. On a 2-CPU machine with two
-//! busy clients that is what keeps the poller from halving their CPU time.
-//! Without pressure information (a kernel built without PSI, or booted with
-//! `psi=0`) the poller only runs on machines with [`MIN_CPUS_BLIND`] CPUs
-//! or more.
+//! A poller takes a CPU while it spins. On a machine with fewer than
+//! [`super::options::MIN_CPUS_TO_POLL`] CPUs that CPU is one a client
+//! needs, so there polling is off unless `poll_us` asks for it (measured
+//! in the README: on 2 CPUs polling speeds one client up and slows two
+//! down).
 //!
 //! Without `clone_fd` every worker reads the one descriptor, and all of
 //! them would spin, so polling is off then (and with `poll_us=0`).
 
-use std::fs::File;
-use std::io::{self, Read, Seek};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::pollgate::{PollGate, PollState};
-
-/// The first back-off after polling was found to take a wanted CPU.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// The longest back-off.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Without pressure information, poll only on machines this large.
-pub const MIN_CPUS_BLIND: usize = 4;
-
-/// The kernel's cumulative CPU stall time ("some" total, µs).
-#[derive(Debug)]
-struct Pressure(File);
-
-impl Pressure {
-    fn open() -> Option<Pressure> {
-        let mut p = Pressure(File::open("/proc/pressure/cpu").ok()?);
-        p.stalled_us().map(|_| p)
-    }
-
-    /// `some ... total=N` from the first line.
-    fn stalled_us(&mut self) -> Option<u64> {
-        let mut buf = [0u8; 256];
-        self.0.rewind().ok()?;
-        let n = self.0.read(&mut buf).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let some = text.lines().find(|l| l.starts_with("some "))?;
-        some.split_whitespace()
-            .find_map(|f| f.strip_prefix("total="))?
-            .parse()
-            .ok()
-    }
-}
 
 /// The polling state of one session (see the module docs).
 #[derive(Debug)]
@@ -82,8 +44,6 @@ pub struct Poller {
     /// True once the session ended; the governor sleeps on it.
     stop: Mutex<bool>,
     wake: Condvar,
-    /// Windows in which polling was held off for CPU pressure.
-    holds: std::sync::atomic::AtomicU64,
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) {
@@ -108,15 +68,8 @@ fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) {
 impl Poller {
     /// Start polling `session_fd` (the descriptor of fuser's session; it
     /// must not be shared by several workers) with `window`, and start the
-    /// governor thread. The gate starts cold. `None`: this machine should
-    /// not poll (no pressure information and fewer than [`MIN_CPUS_BLIND`]
-    /// CPUs).
-    pub fn start(session_fd: BorrowedFd<'_>, window: Duration) -> io::Result<Option<Arc<Poller>>> {
-        let pressure = Pressure::open();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if pressure.is_none() && cpus < MIN_CPUS_BLIND {
-            return Ok(None);
-        }
+    /// governor thread. The gate starts cold.
+    pub fn start(session_fd: BorrowedFd<'_>, window: Duration) -> io::Result<Arc<Poller>> {
         let fd = session_fd.try_clone_to_owned()?;
         set_nonblocking(fd.as_fd(), false);
         let p = Arc::new(Poller {
@@ -125,13 +78,12 @@ impl Poller {
             window,
             stop: Mutex::new(false),
             wake: Condvar::new(),
-            holds: Default::default(),
         });
         let g = p.clone();
         std::thread::Builder::new()
             .name("dcache-poll".into())
-            .spawn(move || g.govern(pressure))?;
-        Ok(Some(p))
+            .spawn(move || g.govern())?;
+        Ok(p)
     }
 
     /// A request arrived (called at the top of every request).
@@ -148,11 +100,6 @@ impl Poller {
     /// Where the gate stands now.
     pub fn state(&self) -> PollState {
         self.gate.state()
-    }
-
-    /// How many times polling was held off because of CPU pressure.
-    pub fn holds(&self) -> u64 {
-        self.holds.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// End the governor (at session end). The descriptor is left blocking.
@@ -185,47 +132,18 @@ impl Poller {
         (g, stopped)
     }
 
-    fn govern(&self, mut pressure: Option<Pressure>) {
+    fn govern(&self) {
         let set = |on: bool| set_nonblocking(self.fd.as_fd(), on);
-        let mut backoff = BACKOFF_MIN;
         let mut g = self.lock_stop();
         while !*g {
-            match self.gate.state() {
-                PollState::Cold => {
-                    g = self.wake.wait(g).unwrap_or_else(|e| e.into_inner());
-                }
-                PollState::Held => {
-                    let stopped;
-                    (g, stopped) = self.sleep(g, backoff);
-                    if !stopped {
-                        self.gate.release();
-                    }
-                }
-                PollState::Hot => {
-                    let t0 = Instant::now();
-                    let s0 = pressure.as_mut().and_then(Pressure::stalled_us);
-                    let stopped;
-                    (g, stopped) = self.sleep(g, self.window);
-                    if stopped {
-                        break;
-                    }
-                    let s1 = pressure.as_mut().and_then(Pressure::stalled_us);
-                    let spent = t0.elapsed().as_micros() as u64;
-                    if let (Some(a), Some(b)) = (s0, s1) {
-                        if b.saturating_sub(a) * 4 > spent {
-                            self.gate.hold(set);
-                            self.holds
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
-                            continue;
-                        }
-                    }
-                    if self.gate.tick(set) == PollState::Cold {
-                        // The burst ended by itself: the next one starts
-                        // with a short back-off again.
-                        backoff = BACKOFF_MIN;
-                    }
-                }
+            if self.gate.state() == PollState::Cold {
+                g = self.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let stopped;
+            (g, stopped) = self.sleep(g, self.window);
+            if !stopped {
+                self.gate.tick(set);
             }
         }
         drop(g);

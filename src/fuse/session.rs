@@ -87,9 +87,8 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         daemon::detach()?;
     }
     if let Some(w) = start_poll {
-        if let Some(p) = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))? {
-            let _ = poll.set(p);
-        }
+        let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
+        let _ = poll.set(p);
     }
     let unmounter = session.unmount_callable();
     let at = std::fs::canonicalize(&req.mountpoint).unwrap_or_else(|_| req.mountpoint.clone());
@@ -212,9 +211,7 @@ pub fn mount(
     let config = options.fuser_config(false, "dcache");
     let session = Session::new(fs, mountpoint, &config)?;
     if let Some(w) = options.poll_window(false) {
-        if let Some(p) = Poller::start(session.as_fd(), w)? {
-            let _ = poll.set(p);
-        }
+        let _ = poll.set(Poller::start(session.as_fd(), w)?);
     }
     let session = session.spawn()?;
     let path = std::fs::canonicalize(mountpoint)?;
