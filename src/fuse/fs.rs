@@ -123,9 +123,6 @@ impl DcacheFs {
         if self.report.get().is_some() {
             return;
         }
-        if let Some(p) = self.poll.get() {
-            p.stop();
-        }
         let r = self.stats.report();
         let _ = self.report.set(r);
         if self.cfg.log {

@@ -28,7 +28,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::pollgate::{PollGate, PollState};
 
@@ -92,7 +92,7 @@ impl Poller {
         if self.gate.touch(|on| set_nonblocking(self.fd.as_fd(), on)) {
             // Under the lock, so that a governor about to wait sees the
             // gate hot or gets this notification.
-            let _s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+            let _s = self.lock_stop();
             self.wake.notify_one();
         }
     }
@@ -113,25 +113,6 @@ impl Poller {
         self.stop.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sleep `d` unless stopped first; returns the guard and whether stopped.
-    fn sleep<'a>(&self, g: MutexGuard<'a, bool>, d: Duration) -> (MutexGuard<'a, bool>, bool) {
-        let deadline = Instant::now() + d;
-        let mut g = g;
-        while !*g {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            g = self
-                .wake
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        let stopped = *g;
-        (g, stopped)
-    }
-
     fn govern(&self) {
         let set = |on: bool| set_nonblocking(self.fd.as_fd(), on);
         let mut g = self.lock_stop();
@@ -140,9 +121,13 @@ impl Poller {
                 g = self.wake.wait(g).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            let stopped;
-            (g, stopped) = self.sleep(g, self.window);
-            if !stopped {
+            // Sleep one window unless stopped first.
+            g = self
+                .wake
+                .wait_timeout_while(g, self.window, |stopped| !*stopped)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if !*g {
                 self.gate.tick(set);
             }
         }
