@@ -8,10 +8,10 @@
 //!   `DNAME_INLINE_LEN` bytes, out of line beyond), the revalidation cookie.
 //!   Written only on rename, instantiate, unhash: read-mostly.
 //! - cache line 2: the `LockRef`, alone. Every counted reference (open,
-//!   ref-walk, a FUSE lookup count) writes it; sharing its line with any
+//!   ref-walk, a FUSE node's pin) writes it; sharing its line with any
 //!   lookup field would make every reference taken by one CPU evict the
 //!   line all other CPUs' lockless walks are reading.
-//! - after the name, on line 1: cold bookkeeping (children count, backend data).
+//! - after the name, on line 1: cold bookkeeping (the children count).
 //!
 //! The `const` asserts below make the split a build failure to break.
 
@@ -65,8 +65,6 @@ pub struct Dentry {
     // ---- cold bookkeeping ----
     /// Cached children that pin this dentry.
     pub(crate) d_children: AtomicU32,
-    /// Backend-private data (unused by the built-in backends).
-    pub(crate) d_fsdata: AtomicU64,
     // ---- write-hot: alone on its cache line ----
     pub(crate) d_lockref: crate::cache_aligned::CacheAligned<LockRef>,
 }
@@ -86,7 +84,7 @@ mod layout_rules {
     const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= LOCKREF_OFF);
     const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= LOCKREF_OFF);
     // ...and nothing else shares that line with it.
-    const _: () = assert!(offset_of!(Dentry, d_fsdata) + 8 <= LOCKREF_OFF);
+    const _: () = assert!(offset_of!(Dentry, d_children) + 4 <= LOCKREF_OFF);
     const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
     const _: () = assert!(size_of::<Dentry>() <= 192);
     // The per-step hot fields fit in the first line.
@@ -114,7 +112,6 @@ pub fn layout() -> crate::layout::TypeLayout {
         d_time,
         d_iname,
         d_children,
-        d_fsdata,
         d_lockref
     })
 }
@@ -224,7 +221,6 @@ impl Dentry {
             d_time: AtomicU64::new(0),
             d_iname: std::array::from_fn(|_| AtomicU64::new(0)),
             d_children: AtomicU32::new(0),
-            d_fsdata: AtomicU64::new(0),
             d_lockref: crate::cache_aligned::CacheAligned::new(LockRef::new()),
         });
         d.store_name(name);

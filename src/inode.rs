@@ -8,6 +8,7 @@
 //! returned and no read is a data race.
 
 use crate::fs::{Attr, FileType, Ino, Timespec};
+use crate::lookupcount::LookupCount;
 use crate::seqcount::SeqCount;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -27,6 +28,10 @@ pub struct Inode {
     /// Backend replies absorbed into this object (see `FileSystem::forget`);
     /// changed under the inode-map lock.
     pub(crate) i_nlookup: AtomicU64,
+    /// The lookup count a frontend keeps for this inode (FUSE: the kernel's
+    /// count of entry replies naming it; see [`crate::lookupcount`]). Zero
+    /// and untouched for library users.
+    pub(crate) i_lookups: LookupCount,
     /// Directory lock: shared for slow lookups, exclusive for changes.
     pub(crate) i_rwsem: std::sync::RwLock<()>,
     /// Serialises attribute writers (`i_seq` needs one writer at a time).
@@ -88,6 +93,7 @@ impl Inode {
             link: AtomicPtr::new(std::ptr::null_mut()),
             i_dentries: AtomicUsize::new(0),
             i_nlookup: AtomicU64::new(0),
+            i_lookups: LookupCount::new(),
             i_rwsem: std::sync::RwLock::new(()),
             attr_lock: std::sync::Mutex::new(()),
         }

@@ -25,6 +25,7 @@ pub mod fuse;
 pub mod inode;
 pub mod layout;
 pub mod lockref;
+pub mod lookupcount;
 pub mod pollgate;
 pub mod rcu;
 pub mod seqcount;

@@ -1,7 +1,9 @@
-//! The FUSE frontend's request handlers without the kernel: node ids as
-//! counted dentry references (hand-out, forget, the lookup-vs-forget race,
-//! refused over-forgets), readdirplus counting only what fits, handles,
-//! and the errnos the handlers pass through.
+//! The FUSE frontend's request core without the kernel: nodes as inodes
+//! (one node id per inode, the backend's number; hand-out, forget, the
+//! lookup-vs-forget race, refused over-forgets), readdirplus counting only
+//! what fits, handles, and the errnos the handlers pass through. The tests
+//! stand in for the kernel, so they make `NodeId`s and `Fh`s by the
+//! kernel's rules: only ids handed out and not yet forgotten.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -9,33 +11,35 @@ use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
 use dcache::fs::{Ctx, FileType};
-use dcache::fuse::fs::FsConfig;
-use dcache::fuse::options::Timeouts;
-use dcache::fuse::DcacheFs;
+use dcache::fuse::{Fh, FuseCore, NodeId};
 use dcache::{Errno, Vfs};
 
 const ROOT: u64 = 1;
 
-fn fs_with(populate: impl FnOnce(&MemFs)) -> DcacheFs {
+fn fs_with(populate: impl FnOnce(&MemFs)) -> FuseCore {
     let m = MemFs::new();
     populate(&m);
-    let vfs = Vfs::new(Arc::new(m)).unwrap();
-    DcacheFs::new(
-        vfs,
-        FsConfig {
-            timeouts: Timeouts::NONE,
-            readdirplus: true,
-            direct_io: false,
-            log: false,
-        },
-    )
+    FuseCore::new(Vfs::new(Arc::new(m)).unwrap())
 }
 
-fn lookup(fs: &DcacheFs, parent: u64, name: &str) -> u64 {
-    fs.do_lookup(parent, name.as_bytes())
+/// A node id as the kernel would send it back.
+fn n(id: u64) -> NodeId {
+    // SAFETY: the tests name only the root and ids handed out to them and
+    // not yet forgotten, as the kernel does.
+    unsafe { NodeId::from_kernel(id) }
+}
+
+/// A file handle as the kernel would send it back.
+fn h(fh: Fh) -> Fh {
+    // SAFETY: a handle from open/create, released at most once, last.
+    unsafe { Fh::from_kernel(fh.raw()) }
+}
+
+fn lookup(fs: &FuseCore, parent: u64, name: &str) -> u64 {
+    fs.lookup(n(parent), name.as_bytes())
         .unwrap()
         .unwrap_or_else(|| panic!("{name} missing"))
-        .0
+        .id
 }
 
 #[test]
@@ -47,7 +51,7 @@ fn lookups_are_counted_and_pin_the_node_once() {
     let c = fs.vfs().counters();
     let d1 = lookup(&fs, ROOT, "d");
     let d2 = lookup(&fs, ROOT, "d");
-    assert_eq!(d1, d2, "one dentry, one node id");
+    assert_eq!(d1, d2, "one inode, one node id");
     assert_ne!(d1, ROOT);
     let f = lookup(&fs, d1, "f");
     let r = fs.stats().report();
@@ -61,17 +65,17 @@ fn lookups_are_counted_and_pin_the_node_once() {
     assert_eq!(probe.count(), 2);
     drop(probe);
     // A missing name is a negative answer, with nothing handed out.
-    assert_eq!(fs.do_lookup(d1, b"nope").unwrap(), None);
+    assert_eq!(fs.lookup(n(d1), b"nope").unwrap(), None);
     assert_eq!(fs.stats().report().lookups, 8);
     // getattr through the node id.
-    let a = fs.do_getattr(f).unwrap();
+    let a = fs.getattr(n(f)).unwrap();
     assert_eq!((a.kind, a.size), (FileType::Regular, 1));
-    assert_eq!(fs.do_getattr(ROOT).unwrap().kind, FileType::Directory);
+    assert_eq!(fs.getattr(n(ROOT)).unwrap().kind, FileType::Directory);
 
-    fs.do_forget(f, 3);
+    fs.forget(n(f), 3);
     assert_eq!(fs.stats().report().referenced, 2, "f still held");
-    fs.do_forget(f, 3);
-    fs.do_forget(d1, 2);
+    fs.forget(n(f), 3);
+    fs.forget(n(d1), 2);
     let r = fs.stats().report();
     assert_eq!((r.referenced, r.lookups, r.bad_forgets), (0, 0, 0));
     // Nothing pins them now: the shrinker can free every cached dentry
@@ -90,12 +94,12 @@ fn a_forgotten_node_is_pinned_again_by_its_next_lookup() {
         m.write_file("f", b"x").unwrap();
     });
     let f = lookup(&fs, ROOT, "f");
-    fs.do_forget(f, 1);
+    fs.forget(n(f), 1);
     assert_eq!(fs.stats().report().referenced, 0);
     // Still cached (nothing shrank it), but no longer the kernel's.
     let probe = fs.vfs().lookup(dcache::At::Root, "f", false).unwrap();
     assert_eq!(probe.count(), 1, "only the probe holds it");
-    assert_eq!(lookup(&fs, ROOT, "f"), f, "same dentry, same node id");
+    assert_eq!(lookup(&fs, ROOT, "f"), f, "same inode, same node id");
     assert_eq!(probe.count(), 2, "the kernel's reference is back");
     for _ in 0..3 {
         lookup(&fs, ROOT, "f");
@@ -103,7 +107,7 @@ fn a_forgotten_node_is_pinned_again_by_its_next_lookup() {
     assert_eq!(probe.count(), 2, "held lookups take no reference");
     let r = fs.stats().report();
     assert_eq!((r.referenced, r.lookups), (1, 4));
-    fs.do_forget(f, 4);
+    fs.forget(n(f), 4);
     assert_eq!(probe.count(), 1);
     drop(probe);
     fs.vfs().shrink(usize::MAX);
@@ -116,16 +120,16 @@ fn a_forget_of_more_than_was_handed_out_is_refused() {
         m.write_file("f", b"").unwrap();
     });
     let f = lookup(&fs, ROOT, "f");
-    fs.do_forget(f, 2);
+    fs.forget(n(f), 2);
     let r = fs.stats().report();
     assert_eq!((r.bad_forgets, r.lookups), (1, 1));
     // The node is still usable, and forgets properly afterwards.
-    assert_eq!(fs.do_getattr(f).unwrap().size, 0);
-    fs.do_forget(f, 1);
+    assert_eq!(fs.getattr(n(f)).unwrap().size, 0);
+    fs.forget(n(f), 1);
     assert_eq!(fs.stats().report().lookups, 0);
     // Forgetting the root is ignored: it is never counted.
-    fs.do_forget(ROOT, 1);
-    assert_eq!(fs.do_getattr(ROOT).unwrap().kind, FileType::Directory);
+    fs.forget(n(ROOT), 1);
+    assert_eq!(fs.getattr(n(ROOT)).unwrap().kind, FileType::Directory);
 }
 
 #[test]
@@ -135,15 +139,15 @@ fn an_unlinked_node_stays_valid_until_forgotten() {
     });
     let c = fs.vfs().counters();
     let f = lookup(&fs, ROOT, "f");
-    let fh = fs.do_open(f, libc::O_RDONLY).unwrap();
-    fs.do_unlink(ROOT, b"f").unwrap();
-    assert_eq!(fs.do_lookup(ROOT, b"f").unwrap(), None);
+    let fh = fs.open(n(f), libc::O_RDONLY).unwrap();
+    fs.unlink(n(ROOT), b"f").unwrap();
+    assert_eq!(fs.lookup(n(ROOT), b"f").unwrap(), None);
     // The kernel's node and the open handle still reach the file.
-    assert_eq!(fs.do_read(fh, 0, 10).unwrap(), b"abc");
-    assert_eq!(fs.do_getattr(f).unwrap().size, 3);
-    fs.do_release(fh).unwrap();
+    assert_eq!(fs.read(h(fh), 0, 10).unwrap(), b"abc");
+    assert_eq!(fs.getattr(n(f)).unwrap().size, 3);
+    fs.release_file(h(fh)).unwrap();
     assert_eq!(fs.stats().report().open_files, 0);
-    fs.do_forget(f, 1);
+    fs.forget(n(f), 1);
     fs.vfs().shrink(usize::MAX);
     assert_eq!(c.dentries(), 1, "the unlinked dentry was freed");
 }
@@ -156,7 +160,7 @@ fn readdirplus_counts_only_the_entries_that_fit() {
         }
     });
     let mut got = Vec::new();
-    fs.do_readdirplus(ROOT, 0, &mut |id, off, name, a| {
+    fs.readdirplus(n(ROOT), 0, &mut |id, off, name, a| {
         if got.len() == 5 {
             return true;
         }
@@ -172,7 +176,7 @@ fn readdirplus_counts_only_the_entries_that_fit() {
     // Continue after the last one.
     let last = got.last().unwrap().1;
     let mut rest = Vec::new();
-    fs.do_readdirplus(ROOT, last, &mut |id, _, name, _| {
+    fs.readdirplus(n(ROOT), last, &mut |id, _, name, _| {
         rest.push((id, String::from_utf8(name.to_vec()).unwrap()));
         false
     })
@@ -181,10 +185,10 @@ fn readdirplus_counts_only_the_entries_that_fit() {
     assert_eq!(fs.stats().report().lookups, 10);
     for (id, _, name, _) in got.iter().skip(2) {
         assert_eq!(lookup(&fs, ROOT, name), *id);
-        fs.do_forget(*id, 2);
+        fs.forget(n(*id), 2);
     }
     for (id, _) in rest {
-        fs.do_forget(id, 1);
+        fs.forget(n(id), 1);
     }
     assert_eq!(fs.stats().report().lookups, 0);
 }
@@ -197,20 +201,20 @@ fn namespace_requests_pass_errnos_through() {
     });
     let ctx = Ctx { uid: 0, gid: 0 };
     let d = lookup(&fs, ROOT, "d");
-    assert_eq!(fs.do_mkdir(d, b"e", 0o755, ctx).unwrap_err(), Errno::EEXIST);
-    assert_eq!(fs.do_rmdir(ROOT, b"d").unwrap_err(), Errno::ENOTEMPTY);
-    assert_eq!(fs.do_unlink(d, b"e").unwrap_err(), Errno::EISDIR);
-    assert_eq!(fs.do_rmdir(d, b"f").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(fs.mkdir(n(d), b"e", 0o755, ctx).unwrap_err(), Errno::EEXIST);
+    assert_eq!(fs.rmdir(n(ROOT), b"d").unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(fs.unlink(n(d), b"e").unwrap_err(), Errno::EISDIR);
+    assert_eq!(fs.rmdir(n(d), b"f").unwrap_err(), Errno::ENOTDIR);
     assert_eq!(
-        fs.do_rename(d, b"f", d, b"e", libc::RENAME_NOREPLACE)
+        fs.rename(n(d), b"f", n(d), b"e", libc::RENAME_NOREPLACE)
             .unwrap_err(),
         Errno::EEXIST
     );
     assert_eq!(
-        fs.do_rename(
-            d,
+        fs.rename(
+            n(d),
             b"f",
-            d,
+            n(d),
             b"g",
             libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE
         )
@@ -218,61 +222,63 @@ fn namespace_requests_pass_errnos_through() {
         Errno::EINVAL
     );
     assert_eq!(
-        fs.do_mknod(d, b"x", libc::S_IFDIR | 0o755, 0, ctx)
+        fs.mknod(n(d), b"x", libc::S_IFDIR | 0o755, 0, ctx)
             .unwrap_err(),
         Errno::EINVAL
     );
-    let (p, _) = fs.do_mknod(d, b"p", libc::S_IFIFO | 0o600, 0, ctx).unwrap();
-    assert_eq!(fs.do_getattr(p).unwrap().kind, FileType::Fifo);
-    let (s, a) = fs.do_symlink(d, b"s", b"f", ctx).unwrap();
-    assert_eq!(a.kind, FileType::Symlink);
-    assert_eq!(fs.do_readlink(s).unwrap(), b"f");
+    let p = fs.mknod(n(d), b"p", libc::S_IFIFO | 0o600, 0, ctx).unwrap();
+    assert_eq!(fs.getattr(n(p.id)).unwrap().kind, FileType::Fifo);
+    let s = fs.symlink(n(d), b"s", b"f", ctx).unwrap();
+    assert_eq!(s.attr.kind, FileType::Symlink);
+    assert_eq!(fs.readlink(n(s.id)).unwrap(), b"f");
     let f = lookup(&fs, d, "f");
-    let (h, a) = fs.do_link(f, ROOT, b"h").unwrap();
-    assert_eq!(a.nlink, 2);
-    assert_ne!(h, f, "another name is another dentry, so another node");
+    let l = fs.link(n(f), n(ROOT), b"h").unwrap();
+    assert_eq!(l.attr.nlink, 2);
+    assert_eq!(l.id, f, "another name of the inode is the same node");
+    assert_eq!(l.attr.ino, f, "st_ino is the node id");
     let e = lookup(&fs, d, "e");
-    assert_eq!(fs.do_link(e, ROOT, b"e2").unwrap_err(), Errno::EPERM);
-    // After a rename the node follows the file: link works by its new name.
-    fs.do_rename(d, b"f", ROOT, b"moved", 0).unwrap();
-    let (_, a) = fs.do_link(f, ROOT, b"h2").unwrap();
-    assert_eq!(a.nlink, 3);
+    assert_eq!(fs.link(n(e), n(ROOT), b"e2").unwrap_err(), Errno::EPERM);
+    // After a rename the node is still the inode: link needs no name.
+    fs.rename(n(d), b"f", n(ROOT), b"moved", 0).unwrap();
+    let l2 = fs.link(n(f), n(ROOT), b"h2").unwrap();
+    assert_eq!((l2.id, l2.attr.nlink), (f, 3));
     // An unlinked node cannot be linked again.
-    fs.do_unlink(ROOT, b"moved").unwrap();
-    fs.do_unlink(ROOT, b"h").unwrap();
-    fs.do_unlink(ROOT, b"h2").unwrap();
-    assert_eq!(fs.do_link(f, ROOT, b"h3").unwrap_err(), Errno::ENOENT);
+    fs.unlink(n(ROOT), b"moved").unwrap();
+    fs.unlink(n(ROOT), b"h").unwrap();
+    fs.unlink(n(ROOT), b"h2").unwrap();
+    assert_eq!(fs.link(n(f), n(ROOT), b"h3").unwrap_err(), Errno::ENOENT);
 }
 
 #[test]
 fn create_open_write_read_release() {
     let fs = fs_with(|_| {});
     let ctx = Ctx { uid: 0, gid: 0 };
-    let ((id, a), fh) = fs
-        .do_create(ROOT, b"new", 0o644, libc::O_RDWR, ctx)
+    let (e, fh) = fs
+        .create(n(ROOT), b"new", 0o644, libc::O_RDWR, ctx)
         .unwrap();
+    let (id, a) = (e.id, e.attr);
     assert_eq!((a.kind, a.perm, a.size), (FileType::Regular, 0o644, 0));
-    assert_eq!(fs.do_write(fh, 3, b"abc").unwrap(), 3);
-    assert_eq!(fs.do_getattr(id).unwrap().size, 6, "write refreshed attrs");
-    assert_eq!(fs.do_read(fh, 0, 100).unwrap(), b"\0\0\0abc");
-    fs.do_flush(fh).unwrap();
-    fs.do_fsync(fh, true).unwrap();
-    fs.do_release(fh).unwrap();
+    assert_eq!(fs.write(h(fh), 3, b"abc").unwrap(), 3);
+    assert_eq!(fs.getattr(n(id)).unwrap().size, 6, "write refreshed attrs");
+    assert_eq!(fs.read(h(fh), 0, 100).unwrap(), b"\0\0\0abc");
+    fs.flush(h(fh)).unwrap();
+    fs.fsync(h(fh), true).unwrap();
+    fs.release_file(h(fh)).unwrap();
     // O_EXCL on an existing name; without it the file is opened.
     assert_eq!(
-        fs.do_create(ROOT, b"new", 0o644, libc::O_RDWR | libc::O_EXCL, ctx)
+        fs.create(n(ROOT), b"new", 0o644, libc::O_RDWR | libc::O_EXCL, ctx)
             .unwrap_err(),
         Errno::EEXIST
     );
-    let ((id2, _), fh) = fs
-        .do_create(ROOT, b"new", 0o600, libc::O_RDONLY, ctx)
+    let (e2, fh) = fs
+        .create(n(ROOT), b"new", 0o600, libc::O_RDONLY, ctx)
         .unwrap();
-    assert_eq!(id2, id);
-    assert_eq!(fs.do_write(fh, 0, b"x").unwrap_err(), Errno::EBADF);
-    fs.do_release(fh).unwrap();
+    assert_eq!(e2.id, id);
+    assert_eq!(fs.write(h(fh), 0, b"x").unwrap_err(), Errno::EBADF);
+    fs.release_file(h(fh)).unwrap();
     let r = fs.stats().report();
     assert_eq!((r.open_files, r.lookups), (0, 2));
-    fs.do_forget(id, 2);
+    fs.forget(n(id), 2);
 }
 
 /// Two threads look a name up and hand the ids to a third that forgets
@@ -293,11 +299,12 @@ fn lookups_race_forgets_and_unlinks() {
         lookers.push(std::thread::spawn(move || {
             let mut found = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match fs.do_lookup(ROOT, b"f") {
-                    Ok(Some((id, a))) => {
-                        assert_eq!(a.kind, FileType::Regular);
+                match fs.lookup(n(ROOT), b"f") {
+                    Ok(Some(e)) => {
+                        let id = e.id;
+                        assert_eq!(e.attr.kind, FileType::Regular);
                         // The node stays usable until forgotten.
-                        assert_eq!(fs.do_getattr(id).unwrap().kind, FileType::Regular);
+                        assert_eq!(fs.getattr(n(id)).unwrap().kind, FileType::Regular);
                         tx.send(id).unwrap();
                         found += 1;
                     }
@@ -312,12 +319,12 @@ fn lookups_race_forgets_and_unlinks() {
     let forgetter = {
         let fs = fs.clone();
         std::thread::spawn(move || {
-            let mut n = 0u64;
+            let mut count = 0u64;
             for id in rx {
-                fs.do_forget(id, 1);
-                n += 1;
+                fs.forget(n(id), 1);
+                count += 1;
             }
-            n
+            count
         })
     };
     let churn = {
@@ -326,12 +333,12 @@ fn lookups_race_forgets_and_unlinks() {
             let ctx = Ctx { uid: 0, gid: 0 };
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match fs.do_unlink(ROOT, b"f") {
+                match fs.unlink(n(ROOT), b"f") {
                     Ok(()) | Err(Errno::ENOENT) => {}
                     Err(e) => panic!("unlink: {e:?}"),
                 }
-                match fs.do_mknod(ROOT, b"f", libc::S_IFREG | 0o644, 0, ctx) {
-                    Ok((id, _)) => fs.do_forget(id, 1),
+                match fs.mknod(n(ROOT), b"f", libc::S_IFREG | 0o644, 0, ctx) {
+                    Ok(e) => fs.forget(n(e.id), 1),
                     Err(Errno::EEXIST) => {}
                     Err(e) => panic!("mknod: {e:?}"),
                 }
@@ -355,4 +362,72 @@ fn lookups_race_forgets_and_unlinks() {
     assert_eq!((r.referenced, r.lookups, r.bad_forgets), (0, 0, 0));
     fs.vfs().shrink(usize::MAX);
     assert_eq!(fs.vfs().counters().dentries(), 1);
+}
+
+/// A node is an inode: every name of a file answers with the backend's
+/// inode number as node id and `st_ino`, the kernel's lookups of all its
+/// names add up on one node, and readdir's `d_ino` is the same number.
+#[test]
+fn hard_links_are_one_node_numbered_by_the_backend() {
+    let fs = fs_with(|m| {
+        m.mkdir_p("d", 0o755).unwrap();
+        m.write_file("a", b"abc").unwrap();
+    });
+    let ctx = Ctx { uid: 0, gid: 0 };
+    let a = lookup(&fs, ROOT, "a");
+    let d = lookup(&fs, ROOT, "d");
+    let l = fs.link(n(a), n(d), b"b").unwrap();
+    assert_eq!(l.id, a);
+    assert_eq!(lookup(&fs, d, "b"), a);
+    let backend = fs.vfs().backend().lookup(1, b"a").unwrap().unwrap().ino;
+    assert_eq!(a, backend, "node id = memfs inode number");
+    let at = fs.getattr(n(a)).unwrap();
+    assert_eq!((at.ino, at.nlink), (a, 2));
+    // One node, three counted lookups (lookup a, link, lookup b), plus d.
+    let r = fs.stats().report();
+    assert_eq!((r.referenced, r.lookups), (2, 4));
+    // readdir's d_ino equals the node id of every entry.
+    let mut seen = Vec::new();
+    fs.readdir(n(d), 0, &mut |ino, _, _, name| {
+        seen.push((name.to_vec(), ino));
+        false
+    })
+    .unwrap();
+    assert!(seen.contains(&(b"b".to_vec(), a)), "{seen:?}");
+    assert!(seen.contains(&(b".".to_vec(), d)), "{seen:?}");
+    assert!(seen.contains(&(b"..".to_vec(), ROOT)), "{seen:?}");
+    // A change through one name is the inode's: seen through the other.
+    let set = dcache::fs::SetAttr {
+        perm: Some(0o201),
+        ..Default::default()
+    };
+    fs.setattr(n(a), &set, ctx).unwrap();
+    let b = fs.lookup(n(d), b"b").unwrap().unwrap();
+    assert_eq!((b.id, b.attr.perm, b.attr.nlink), (a, 0o201, 2));
+    // The name the node came through goes; the node still is the file.
+    fs.unlink(n(ROOT), b"a").unwrap();
+    assert_eq!(fs.getattr(n(a)).unwrap().nlink, 1);
+    let l2 = fs.link(n(a), n(ROOT), b"again").unwrap();
+    assert_eq!((l2.id, l2.attr.nlink), (a, 2));
+    fs.forget(n(a), 5);
+    fs.forget(n(d), 1);
+    let r = fs.stats().report();
+    assert_eq!((r.referenced, r.lookups, r.bad_forgets), (0, 0, 0));
+    // Looked up again after being forgotten: the same number.
+    assert_eq!(lookup(&fs, ROOT, "again"), a);
+    fs.forget(n(a), 1);
+}
+
+/// A node id the kernel never got is refused with ESTALE, not trusted.
+#[test]
+fn unknown_node_ids_are_refused() {
+    let fs = fs_with(|m| {
+        m.write_file("f", b"").unwrap();
+    });
+    for id in [0, 2, 12345, u64::MAX] {
+        assert_eq!(fs.getattr(n(id)).unwrap_err(), Errno::ESTALE);
+        assert_eq!(fs.lookup(n(id), b"f").unwrap_err(), Errno::ESTALE);
+        fs.forget(n(id), 1);
+    }
+    assert_eq!(fs.stats().report().bad_forgets, 4);
 }

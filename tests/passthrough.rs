@@ -925,8 +925,13 @@ fn readdir_lists_the_host_directory_with_dot_entries() {
     assert_eq!(by_name[&b"sub".to_vec()].kind, FileType::Directory);
     assert_eq!(by_name[&b"sub".to_vec()].ino, sub);
     assert_eq!(by_name[&b"link".to_vec()].kind, FileType::Symlink);
-    // Not looked up: a display number, never one of ours.
-    assert!(by_name[&b"link".to_vec()].ino >= 1 << 63);
+    // Not looked up yet: the number a lookup will give (the host's).
+    let link_ino = by_name[&b"link".to_vec()].ino;
+    assert_eq!(
+        link_ino,
+        fs::symlink_metadata(p.join("link")).unwrap().ino()
+    );
+    assert_eq!(lk(&fs, ROOT_INO, "link").ino, link_ino);
     // Offsets are distinct, so each names one resume point.
     let offs: BTreeSet<u64> = all.iter().map(|e| e.offset).collect();
     assert_eq!(offs.len(), all.len());
@@ -1195,9 +1200,10 @@ fn forget_closes_the_held_descriptor() {
     assert_eq!(fs.getattr(ROOT_INO).unwrap().kind, FileType::Directory);
     assert_eq!(fds_inside(p), base);
 
-    // Looked up again: a fresh number for the same host object.
+    // Looked up again: the same number (the host's) for the same object.
     let a2 = lk(&fs, ROOT_INO, "a").ino;
-    assert_ne!(a2, a);
+    assert_eq!(a2, a);
+    assert_eq!(a2, fs::metadata(p.join("a")).unwrap().ino());
     assert_eq!(fs.lookup_count(a2), Some(1));
 
     // An open handle keeps its own descriptor past forget; release closes it.

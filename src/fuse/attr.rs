@@ -57,13 +57,13 @@ pub fn timespec(t: SystemTime) -> Timespec {
     }
 }
 
-/// `a` as the kernel should see it under node id `id` (which is also the
-/// `st_ino` it reports: fuser sends one value for both).
+/// `a` as the kernel should see it. `a.ino` is the node id, which is also
+/// the `st_ino` the kernel reports (fuser sends one value for both).
 #[inline]
-pub fn file_attr(id: u64, a: &Attr) -> FileAttr {
+pub fn file_attr(a: &Attr) -> FileAttr {
     let ctime = system_time(a.ctime);
     FileAttr {
-        ino: INodeNo(id),
+        ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.blocks,
         atime: system_time(a.atime),
@@ -183,8 +183,8 @@ mod tests {
             rdev: 0x0501,
             blksize: 4096,
         };
-        let f = file_attr(0xdead_beef, &a);
-        assert_eq!(f.ino, INodeNo(0xdead_beef));
+        let f = file_attr(&a);
+        assert_eq!(f.ino, INodeNo(7));
         assert_eq!((f.size, f.blocks, f.perm, f.nlink), (12345, 24, 0o4751, 3));
         assert_eq!((f.uid, f.gid, f.rdev, f.blksize), (1000, 100, 0x0501, 4096));
         assert_eq!(f.kind, fuser::FileType::CharDevice);

@@ -1,5 +1,7 @@
-//! `DcacheFs`: the object fuser drives. It owns the `Vfs`; each request is
-//! one call into [`super::ops`] and one reply.
+//! `DcacheFs`: the object fuser drives, a thin adapter over
+//! [`FuseCore`]: each request is one call and one reply. This is the trust
+//! boundary: node ids and file handles become [`NodeId`] and [`Fh`] only
+//! here, where fuser hands over what the kernel sent.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -19,15 +21,17 @@ use crate::fs::Ctx;
 use crate::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
-use super::handles::Handles;
-use super::nodes::Nodes;
-use super::ops::Entry;
+use super::core::{Entry, FuseCore};
+use super::handles::Fh;
+use super::nodes::NodeId;
 use super::options::Timeouts;
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 
-/// Node ids are never reused while the kernel may hold them, so one
-/// generation number serves.
+/// The generation of every entry. A node id is an inode number, which
+/// memfs and kernfs never reuse; passthrough's are the host's, which the
+/// host reuses only after the file is gone and our held descriptor to it
+/// closed, so never while the kernel still holds the old node.
 const GENERATION: Generation = Generation(0);
 
 /// Per-mount behaviour.
@@ -43,21 +47,33 @@ pub struct FsConfig {
     pub log: bool,
 }
 
-/// The FUSE filesystem: a `Vfs` plus the node-id and handle bookkeeping.
+/// The FUSE filesystem: the request core plus per-mount behaviour.
 pub struct DcacheFs {
-    pub(crate) nodes: Nodes,
-    pub(crate) handles: Handles,
+    core: FuseCore,
     stats: Arc<Stats>,
     cfg: FsConfig,
     report: Arc<OnceLock<Report>>,
     /// Set once the session is mounted, if it busy-polls (`poll_us`).
     poll: Arc<OnceLock<Arc<Poller>>>,
-    /// Declared last: dropped after `Drop::drop` gave back our references.
-    pub(crate) vfs: Vfs,
 }
 
 fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
+}
+
+/// The node a request names.
+fn node(ino: INodeNo) -> NodeId {
+    // SAFETY: fuser hands us the node id of a request the kernel sent, and
+    // the kernel keeps that node until the request is answered.
+    unsafe { NodeId::from_kernel(ino.0) }
+}
+
+/// The file handle a request names.
+fn handle(fh: FileHandle) -> Fh {
+    // SAFETY: fuser hands us the handle of a request the kernel sent: one
+    // we returned from open or create and that it has not released (its
+    // RELEASE comes once, after every other request on the handle).
+    unsafe { Fh::from_kernel(fh.0) }
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -69,20 +85,23 @@ fn ctx(req: &Request) -> Ctx {
 
 impl DcacheFs {
     pub fn new(vfs: Vfs, cfg: FsConfig) -> DcacheFs {
-        let stats = Arc::new(Stats::default());
+        let core = FuseCore::new(vfs);
         DcacheFs {
-            nodes: Nodes::new(&vfs, stats.clone()),
-            handles: Handles::new(stats.clone()),
-            stats,
+            stats: core.stats(),
+            core,
             cfg,
             report: Arc::new(OnceLock::new()),
             poll: Arc::new(OnceLock::new()),
-            vfs,
         }
     }
 
     pub fn vfs(&self) -> &Vfs {
-        &self.vfs
+        self.core.vfs()
+    }
+
+    /// The request core this adapter drives.
+    pub fn core(&self) -> &FuseCore {
+        &self.core
     }
 
     pub fn config(&self) -> &FsConfig {
@@ -113,12 +132,8 @@ impl DcacheFs {
         self.stats.clone()
     }
 
-    /// End of session: record and log the report, give back the root.
-    /// References the kernel still holds cannot be found without a node
-    /// table (by design there is none), so they are not dropped one by one:
-    /// the Vfs teardown frees every hashed dentry regardless of its count.
-    /// Only an unhashed dentry the kernel still held (a file unlinked while
-    /// it was open or cached) stays allocated, until the process exits.
+    /// End of session: record and log the report, then give back every
+    /// node's reference and the root's.
     fn finish(&mut self) {
         if self.report.get().is_some() {
             return;
@@ -128,15 +143,15 @@ impl DcacheFs {
         if self.cfg.log {
             eprintln!("dcache: unmounted, {r}");
         }
-        self.nodes.release(&self.vfs);
+        self.core.release();
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<Entry>) {
         match r {
-            Ok((id, a)) => reply.entry_with_ttls(
+            Ok(e) => reply.entry_with_ttls(
                 &self.cfg.timeouts.attr,
                 &self.cfg.timeouts.entry,
-                &file_attr(id, &a),
+                &file_attr(&e.attr),
                 GENERATION,
             ),
             Err(e) => reply.error(errno(e)),
@@ -165,7 +180,7 @@ impl Drop for DcacheFs {
         if let Some(p) = self.poll.get() {
             p.stop();
         }
-        self.nodes.release(&self.vfs);
+        self.core.release();
     }
 }
 
@@ -188,7 +203,7 @@ impl Filesystem for DcacheFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.touch();
-        match self.do_lookup(parent.0, name.as_bytes()) {
+        match self.core.lookup(node(parent), name.as_bytes()) {
             Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
             Ok(None) if !self.cfg.timeouts.negative.is_zero() => reply.entry_with_ttls(
                 &Duration::ZERO,
@@ -203,13 +218,13 @@ impl Filesystem for DcacheFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.touch();
-        self.do_forget(ino.0, nlookup);
+        self.core.forget(node(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.touch();
-        match self.do_getattr(ino.0) {
-            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(ino.0, &a)),
+        match self.core.getattr(node(ino)) {
+            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -236,15 +251,15 @@ impl Filesystem for DcacheFs {
         // A handle (ftruncate, futimens) names the same node: the change
         // goes to the node either way.
         let set = set_attr(mode, uid, gid, size, atime, mtime);
-        match self.do_setattr(ino.0, &set, ctx(req)) {
-            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(ino.0, &a)),
+        match self.core.setattr(node(ino), &set, ctx(req)) {
+            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.touch();
-        match self.do_readlink(ino.0) {
+        match self.core.readlink(node(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -261,7 +276,9 @@ impl Filesystem for DcacheFs {
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self.do_mknod(parent.0, name.as_bytes(), mode, rdev, ctx(req));
+        let r = self
+            .core
+            .mknod(node(parent), name.as_bytes(), mode, rdev, ctx(req));
         self.reply_entry(reply, r);
     }
 
@@ -275,18 +292,20 @@ impl Filesystem for DcacheFs {
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self.do_mkdir(parent.0, name.as_bytes(), mode, ctx(req));
+        let r = self
+            .core
+            .mkdir(node(parent), name.as_bytes(), mode, ctx(req));
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
-        Self::reply_empty(reply, self.do_unlink(parent.0, name.as_bytes()));
+        Self::reply_empty(reply, self.core.unlink(node(parent), name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
-        Self::reply_empty(reply, self.do_rmdir(parent.0, name.as_bytes()));
+        Self::reply_empty(reply, self.core.rmdir(node(parent), name.as_bytes()));
     }
 
     fn symlink(
@@ -298,8 +317,8 @@ impl Filesystem for DcacheFs {
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self.do_symlink(
-            parent.0,
+        let r = self.core.symlink(
+            node(parent),
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
             ctx(req),
@@ -318,10 +337,10 @@ impl Filesystem for DcacheFs {
         reply: ReplyEmpty,
     ) {
         self.touch();
-        let r = self.do_rename(
-            parent.0,
+        let r = self.core.rename(
+            node(parent),
             name.as_bytes(),
-            newparent.0,
+            node(newparent),
             newname.as_bytes(),
             flags.bits(),
         );
@@ -337,14 +356,16 @@ impl Filesystem for DcacheFs {
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self.do_link(ino.0, newparent.0, newname.as_bytes());
+        let r = self
+            .core
+            .link(node(ino), node(newparent), newname.as_bytes());
         self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.touch();
-        match self.do_open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+        match self.core.open(node(ino), flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh.raw()), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -361,7 +382,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyData,
     ) {
         self.touch();
-        match self.do_read(fh.0, offset, size) {
+        match self.core.read(handle(fh), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
         }
@@ -380,7 +401,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyWrite,
     ) {
         self.touch();
-        match self.do_write(fh.0, offset, data) {
+        match self.core.write(handle(fh), offset, data) {
             // A write never exceeds max_write (16 MiB), so the count fits.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(errno(e)),
@@ -396,7 +417,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyEmpty,
     ) {
         self.touch();
-        Self::reply_empty(reply, self.do_flush(fh.0));
+        Self::reply_empty(reply, self.core.flush(handle(fh)));
     }
 
     fn release(
@@ -410,7 +431,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyEmpty,
     ) {
         self.touch();
-        Self::reply_empty(reply, self.do_release(fh.0));
+        Self::reply_empty(reply, self.core.release_file(handle(fh)));
     }
 
     fn fsync(
@@ -422,7 +443,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyEmpty,
     ) {
         self.touch();
-        Self::reply_empty(reply, self.do_fsync(fh.0, datasync));
+        Self::reply_empty(reply, self.core.fsync(handle(fh), datasync));
     }
 
     fn readdir(
@@ -434,9 +455,11 @@ impl Filesystem for DcacheFs {
         mut reply: ReplyDirectory,
     ) {
         self.touch();
-        let r = self.do_readdir(ino.0, offset, &mut |i, off, k, name| {
-            reply.add(INodeNo(i), off, kind(k), OsStr::from_bytes(name))
-        });
+        let r = self
+            .core
+            .readdir(node(ino), offset, &mut |i, off, k, name| {
+                reply.add(INodeNo(i), off, kind(k), OsStr::from_bytes(name))
+            });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -456,16 +479,18 @@ impl Filesystem for DcacheFs {
         // fuser sends one timeout per entry for both the name and the
         // attributes: the shorter one keeps both promises.
         let ttl = attr_ttl.min(entry_ttl);
-        let r = self.do_readdirplus(ino.0, offset, &mut |id, off, name, a| {
-            reply.add(
-                INodeNo(id),
-                off,
-                OsStr::from_bytes(name),
-                &ttl,
-                &file_attr(id, a),
-                GENERATION,
-            )
-        });
+        let r = self
+            .core
+            .readdirplus(node(ino), offset, &mut |id, off, name, a| {
+                reply.add(
+                    INodeNo(id),
+                    off,
+                    OsStr::from_bytes(name),
+                    &ttl,
+                    &file_attr(a),
+                    GENERATION,
+                )
+            });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -487,7 +512,7 @@ impl Filesystem for DcacheFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.touch();
-        match self.do_statfs() {
+        match self.core.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
@@ -497,7 +522,9 @@ impl Filesystem for DcacheFs {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.touch();
-        let r = self.do_access(ino.0, req.uid(), req.gid(), req.pid(), mask.bits());
+        let r = self
+            .core
+            .access(node(ino), req.uid(), req.gid(), req.pid(), mask.bits());
         Self::reply_empty(reply, r);
     }
 
@@ -512,13 +539,16 @@ impl Filesystem for DcacheFs {
         reply: ReplyCreate,
     ) {
         self.touch();
-        match self.do_create(parent.0, name.as_bytes(), mode, flags, ctx(req)) {
+        match self
+            .core
+            .create(node(parent), name.as_bytes(), mode, flags, ctx(req))
+        {
             // fuser sends one timeout for the name and the attributes.
-            Ok(((id, a), fh)) => reply.created(
+            Ok((e, fh)) => reply.created(
                 &self.cfg.timeouts.entry.min(self.cfg.timeouts.attr),
-                &file_attr(id, &a),
+                &file_attr(&e.attr),
                 GENERATION,
-                FileHandle(fh),
+                FileHandle(fh.raw()),
                 self.open_flags(),
             ),
             Err(e) => reply.error(errno(e)),

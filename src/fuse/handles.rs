@@ -14,6 +14,29 @@ use crate::OpenFile;
 
 use super::stats::Stats;
 
+/// A file handle named by a request from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fh(u64);
+
+impl Fh {
+    /// The file handle a request names.
+    ///
+    /// # Safety
+    /// `fh` was returned by [`Handles::insert`] of this mount (the kernel
+    /// sends back only handles it got from open or create), it has not been
+    /// released, and it is not released while this request runs: the
+    /// kernel sends RELEASE once, after every other request on the handle.
+    /// A caller standing in for the kernel (tests) keeps the same rules.
+    pub unsafe fn from_kernel(fh: u64) -> Fh {
+        Fh(fh)
+    }
+
+    /// The number sent to the kernel.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
 /// Makes and takes back handles, counting them for the unmount report.
 pub struct Handles {
     stats: Arc<Stats>,
@@ -24,34 +47,34 @@ impl Handles {
         Handles { stats }
     }
 
-    /// Box `f` and return its handle number.
-    pub fn insert(&self, f: OpenFile<'_>) -> u64 {
+    /// Box `f` and return its handle.
+    pub fn insert(&self, f: OpenFile<'_>) -> Fh {
         // Relaxed: a statistic (stats.rs).
         self.stats.open_files.fetch_add(1, Ordering::Relaxed);
         let p = Box::into_raw(Box::new(f));
-        p as u64
+        Fh(p as u64)
     }
 
-    /// The open file behind handle `fh`.
+    /// The open file behind handle `fh`, for the length of its request.
     ///
     /// # Safety
-    /// `fh` came from `insert` on this `Handles`, has not been removed, and
-    /// is not removed while the returned borrow lives (the kernel sends no
-    /// release while a read, write or flush on the handle is in flight).
-    /// `'v` must not outlive the `Vfs` the file was opened on.
-    pub unsafe fn get<'v>(&self, fh: u64) -> &OpenFile<'v> {
-        // SAFETY: caller's contract; the box is alive until `remove`.
-        unsafe { &*(fh as *const OpenFile<'v>) }
+    /// `'v` must not outlive the `Vfs` the file was opened on (the mount's
+    /// filesystem object owns both and drops the Vfs last).
+    pub unsafe fn get<'v>(&self, fh: Fh) -> &OpenFile<'v> {
+        // SAFETY: `Fh`'s contract: the box is alive until `remove`, which
+        // cannot run while this request does.
+        unsafe { &*(fh.0 as *const OpenFile<'v>) }
     }
 
-    /// Take handle `fh` back (release); dropping the result closes it.
+    /// Take handle `fh` back (RELEASE); dropping the result closes it.
     ///
     /// # Safety
-    /// As for `get`, and each handle is removed once.
-    pub unsafe fn remove<'v>(&self, fh: u64) -> OpenFile<'v> {
+    /// As for `get`.
+    pub unsafe fn remove<'v>(&self, fh: Fh) -> OpenFile<'v> {
         // Relaxed: see insert.
         self.stats.open_files.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: made by Box::into_raw in insert, re-owned once.
-        *unsafe { Box::from_raw(fh as *mut OpenFile<'v>) }
+        // SAFETY: made by Box::into_raw in insert and, by `Fh`'s contract,
+        // re-owned once, by the RELEASE.
+        *unsafe { Box::from_raw(fh.0 as *mut OpenFile<'v>) }
     }
 }

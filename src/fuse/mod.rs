@@ -2,19 +2,25 @@
 //! the kernel through FUSE, with the dentry cache ([`Vfs`](crate::Vfs)) in
 //! between.
 //!
-//! - [`nodes`]: FUSE node ids *are* dentries. A node id is the address of a
-//!   dentry; every successful entry reply (lookup, create, mknod, mkdir,
-//!   symlink, link, readdirplus) adds one to the kernel's lookup count kept
-//!   in the dentry, and `forget(id, n)` subtracts `n`; while the count is
-//!   above zero the dentry holds one counted reference for the kernel. No
-//!   node table, no lock: a lookup that races a forget takes its own
-//!   reference through the dentry's lockref, so a node is freed exactly
-//!   once, when the last kernel and cache reference is gone, and never while
-//!   a lookup can still return it.
+//! - [`core`]: [`FuseCore`], every FUSE request as a call on the `Vfs`
+//!   taking what the request carries and returning plain data; testable
+//!   without a kernel. [`fs`] is the thin fuser adapter over it, and the
+//!   only place where the kernel's numbers become [`NodeId`]s and [`Fh`]s
+//!   (`unsafe fn from_kernel`: the kernel keeps what a request names alive
+//!   until the reply).
+//! - [`nodes`]: a FUSE node is an **inode**. The node id is the backend's
+//!   inode number (the root and 1 trade places, so the root is
+//!   FUSE_ROOT_ID on the wire), which is also `st_ino` and readdir's
+//!   `d_ino`: every name of a file answers with one node id, so the kernel
+//!   keeps one inode, one attribute cache and one page cache for all of
+//!   them, and the number is stable while the file exists. The kernel's
+//!   lookup count lives on the inode ([`crate::lookupcount`]); a node it
+//!   holds is published in a lock-free map (papaya) from id to a pinned
+//!   dentry. A LOOKUP of a node already held is answered from the rcu-walk
+//!   with one compare-and-swap: no reference, lock, allocation or map
+//!   access.
 //! - [`handles`]: an open file's FUSE handle is the address of a boxed
 //!   [`OpenFile`](crate::OpenFile).
-//! - [`ops`]: each request as a call on the `Vfs` relative to the parent
-//!   dentry, returning plain data; [`fs`] turns the results into replies.
 //! - [`attr`], [`access`]: attribute conversion and the `access(2)` check.
 //! - [`stats`]: what the kernel holds (nodes, lookups, open files), for the
 //!   unmount report `dcache: unmounted, N nodes still referenced`.
@@ -26,27 +32,23 @@
 //! - [`testing`]: mount a memfs tree through the daemon for tests and
 //!   benchmarks.
 //!
-//! Inode numbers: fuser makes a reply's node id and its `st_ino` one field,
-//! so `stat` through the mount shows the node id (the root shows 1). Two
-//! hard links are two dentries, so they show two inode numbers (with the
-//! right link count); tools that detect hard links by inode number treat
-//! them as separate files, and the kernel keeps a page cache per name.
-//! Plain readdir reports the backend's inode numbers as `d_ino` (no lookup
-//! is made for them); readdirplus reports node ids.
-//!
-//! Trust: node ids and file handles are addresses, and the kernel is
-//! trusted to send back only the ones it was given (as libfuse's low-level
-//! examples do). A forget of more references than a node was handed is
-//! refused and counted, never applied.
+//! Inode numbers, as `stat` and `readdir` show them through the mount:
+//! memfs and kernfs number inodes from 1 and never reuse a number;
+//! passthrough shows the host's `st_ino` for everything on the source's
+//! own filesystem (stable across remounts and daemon restarts), and a
+//! number of its own, fixed for the mount's life, for files on other
+//! filesystems mounted below the source (see the passthrough backend). The
+//! root shows 1 (and a file whose backend number is 1, should one exist,
+//! shows the backend's root number).
 
 pub mod access;
 pub mod attr;
 pub mod backend;
 pub mod cli;
+pub mod core;
 pub mod fs;
 pub mod handles;
 pub mod nodes;
-pub mod ops;
 pub mod options;
 pub mod poll;
 pub mod session;
@@ -55,7 +57,10 @@ pub mod testing;
 
 pub use backend::Backend;
 pub use cli::MountArgs;
+pub use core::{Entry, FuseCore};
 pub use fs::DcacheFs;
+pub use handles::Fh;
+pub use nodes::{IdMap, NodeId};
 pub use options::MountOptions;
 pub use session::{mount, Mounted};
 pub use stats::{Report, Stats};

@@ -1,57 +1,53 @@
-//! FUSE node ids as dentry references.
+//! FUSE nodes are inodes.
 //!
-//! The kernel names a node by a 64-bit id it got from us in an entry reply,
-//! and counts how many such replies it received (its `nlookup`); when it
-//! drops the node it sends `forget(id, nlookup)`. Here the id is the
-//! dentry's address, and the kernel's lookup count lives in the dentry's
-//! `d_fsdata` word (unused otherwise: backends never see dentries). While
-//! that count is above zero the dentry carries one counted reference on the
-//! kernel's behalf:
+//! In the FUSE protocol, as in the kernel's `fuse_inode`, a node id names an
+//! **inode**: the kernel keeps one inode per node id (attributes, page
+//! cache, lookup count), and two names answered with one node id are two
+//! dentries of that inode, as hard links are everywhere else. So here:
 //!
-//! - every entry reply starts from a reference the lookup took itself
-//!   (`get_not_dead` on a cached dentry, or a fresh one); it adds one to the
-//!   lookup count, and keeps its reference for the kernel if the count was
-//!   0, else drops it;
-//! - except for a node the kernel already holds, found by an rcu-walk
-//!   ([`Nodes::hand_out_held`]): there the lookup takes no reference and
-//!   only moves the count from `c > 0` to `c + 1` (a compare-and-swap that
-//!   refuses 0), inside the read section that keeps the dentry's memory
-//!   valid; at 0 it falls back to the reference-taking path above;
-//! - `forget(id, n)` subtracts `n` and drops the kernel's reference if that
-//!   brought the count to 0.
+//! - **The node id is the backend's inode number** ([`IdMap`]), which is
+//!   also the `st_ino` the kernel shows (fuser sends one value for both).
+//!   The root is `FUSE_ROOT_ID` (1) on the wire; the backend's root number
+//!   and 1 trade places, so the map stays one-to-one (memfs and kernfs
+//!   number their root 1, where it is the identity). A number is stable
+//!   while the file exists, and survives eviction from the cache and, for
+//!   passthrough over one host filesystem, a daemon restart.
+//! - **The kernel's lookup count lives on the inode** (`Inode::i_lookups`,
+//!   protocol in [`crate::lookupcount`]). While it is above zero the node is
+//!   *published* in a lock-free map (papaya) from node id to [`Node`], which
+//!   holds one counted reference on a dentry of the inode: the one the
+//!   first counted lookup came through. That reference keeps the dentry
+//!   and so the inode alive until the `forget` that empties the count.
+//! - A lookup of a node the kernel already holds (every revalidation under
+//!   `entry_timeout=0`) is answered from the rcu-walk
+//!   ([`Nodes::hand_out_held`]): one compare-and-swap on the inode's count,
+//!   no reference, no lock, no allocation, no map access.
+//! - Any other lookup ([`Nodes::hand_out`]) holds a reference of its own;
+//!   under the node's transition lock (one of a few striped mutexes, taken
+//!   only when a count may leave or reach zero) it publishes the node at 0
+//!   and gives its reference to it, otherwise drops its reference.
 //!
-//! The two read-modify-writes on one word are totally ordered, so a lookup
-//! racing the forget that empties a node either comes first (the forget
-//! sees a count above `n` and keeps the reference) or second (it finds 0
-//! and keeps its own); in both cases the node stays alive for the new
-//! reply. A reference-free lookup racing it either comes first (the forget
-//! sees its +1) or finds 0 and falls back. The count is above zero only
-//! while a reference backs it (taken before the 0 -> 1 step, dropped after
-//! the step to 0), so a successful `c -> c + 1` never revives a dead node. A forgotten node is freed by the `dput` that drops its last
-//! reference, once, and never while a lookup can still return it (the
-//! lockref and `d_seq` make a lookup that meets a dying dentry fall back).
-//! One reference per node, not one per lookup, because the kernel's count
-//! is 64 bits and a lockref's 32: a node revalidated for hours under
-//! `timeout=0` passes 2^31 lookups without ever being forgotten.
+//! Requests name nodes by [`NodeId`], which only the code that receives a
+//! request from the kernel can make (`unsafe fn from_kernel`): the kernel
+//! never forgets a node while a request on it waits for our reply, so the
+//! dentry found in the map stays valid for the request. An id that is not
+//! in the map gives ESTALE; a forget of more than was counted is refused
+//! and counted.
 //!
-//! While the kernel holds a node it may send requests naming it; those
-//! borrow the dentry without touching its count ([`Nodes::borrow`]). The
-//! kernel cannot forget a node while one of its own requests on it waits
-//! for our reply, so a borrow is valid until the reply is sent; handlers
-//! finish with the borrowed dentry before they reply.
-//!
-//! The root is FUSE_ROOT_ID (1), never counted by the kernel; we hold one
-//! reference on it for the whole mount.
-//!
-//! `d_fsdata` shares a cache line with the tail of the inline name, so FUSE
-//! lookups and forgets write there once each; library lookups never do.
+//! A node holds the dentry it was first handed out through even if that
+//! name is later unlinked or renamed: the inode is the same, and every
+//! request on a node acts on the inode (for a directory, its one dentry).
 
+use std::hash::{BuildHasher, Hasher};
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
+use std::ptr::NonNull;
 
 use crate::dentry::Dentry;
 use crate::errno::{Errno, Result};
-use crate::sync::{Arc, Ordering};
+use crate::fs::Ino;
+use crate::inode::Inode;
+use crate::sync::{Arc, Mutex, MutexGuard, Ordering};
 use crate::{DentryRef, Vfs};
 
 use super::stats::Stats;
@@ -59,26 +55,130 @@ use super::stats::Stats;
 /// The node id of the root directory (FUSE_ROOT_ID).
 pub const ROOT_ID: u64 = 1;
 
+/// A node id named by a request from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeId(u64);
+
+impl NodeId {
+    /// The root directory.
+    pub const ROOT: NodeId = NodeId(ROOT_ID);
+
+    /// The node id a request names.
+    ///
+    /// # Safety
+    /// `id` is the node id of a request the kernel sent to this mount (or a
+    /// caller standing in for it, as tests do), and the node stays held
+    /// (not forgotten to zero) until that request is answered. The kernel
+    /// guarantees this: it forgets a node only once nothing uses it.
+    pub unsafe fn from_kernel(id: u64) -> NodeId {
+        NodeId(id)
+    }
+
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+/// Backend inode numbers <-> node ids (and `st_ino`): the identity, except
+/// that the backend's root and number 1 trade places. An involution, so
+/// the same function maps both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    root_ino: Ino,
+}
+
+impl IdMap {
+    pub fn new(root_ino: Ino) -> IdMap {
+        IdMap { root_ino }
+    }
+
+    /// The node id (and `st_ino`) of backend inode `ino`.
+    #[inline(always)]
+    pub fn id(&self, ino: Ino) -> u64 {
+        if ino == self.root_ino {
+            ROOT_ID
+        } else if ino == ROOT_ID {
+            self.root_ino
+        } else {
+            ino
+        }
+    }
+
+    /// The backend inode number of node id `id`.
+    #[inline(always)]
+    pub fn ino(&self, id: u64) -> Ino {
+        self.id(id)
+    }
+}
+
 /// A dentry borrowed for one request: derefs to a `DentryRef` but never
 /// drops a count.
-pub struct Node<'v>(ManuallyDrop<DentryRef<'v>>);
+pub struct Borrowed<'v>(ManuallyDrop<DentryRef<'v>>);
 
-impl<'v> Deref for Node<'v> {
+impl<'v> Deref for Borrowed<'v> {
     type Target = DentryRef<'v>;
     fn deref(&self) -> &DentryRef<'v> {
         &self.0
     }
 }
 
-/// The node-id side of a mount: the root's reference and what the kernel
-/// holds.
+/// A published node: the inode and the counted dentry reference that pins
+/// it for the kernel.
+struct Node {
+    dentry: NonNull<Dentry>,
+}
+
+// SAFETY: `dentry` is a counted reference owned by the node; dentries are
+// Sync and their counts are dropped with an atomic protocol on any thread.
+unsafe impl Send for Node {}
+// SAFETY: as above; the pointer is only read after publication.
+unsafe impl Sync for Node {}
+
+/// Transition locks: a node's count leaves or reaches zero only under
+/// `stripes[id % STRIPES]`.
+const STRIPES: usize = 64;
+
+/// A hasher for node ids (integers): one multiply, high bits folded down.
+#[derive(Clone, Copy, Default)]
+struct IdHash;
+
+struct IdHasher(u64);
+
+impl BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// The node side of a mount: the root's reference, the published nodes,
+/// and what the kernel holds.
 pub struct Nodes {
     root: *const Dentry,
+    ids: IdMap,
+    map: papaya::HashMap<u64, Node, IdHash>,
+    stripes: Box<[Mutex<()>]>,
     stats: Arc<Stats>,
 }
 
-// SAFETY: `root` is a counted reference owned by this struct; dentries are
-// Sync and their counts are dropped with an atomic protocol from any thread.
+// SAFETY: `root` is a counted reference owned by this struct; the map's
+// values are Send + Sync (above); the rest is Sync.
 unsafe impl Send for Nodes {}
 // SAFETY: as above; `root` is only read after construction.
 unsafe impl Sync for Nodes {}
@@ -87,138 +187,196 @@ impl Nodes {
     /// Take the reference on `vfs`'s root that backs node id 1. Give it back
     /// with [`Nodes::release`] before `vfs` is dropped.
     pub fn new(vfs: &Vfs, stats: Arc<Stats>) -> Nodes {
+        let root = vfs.root();
+        let root_ino = root.ino().unwrap_or(ROOT_ID);
         Nodes {
-            root: vfs.root().into_raw(),
+            root: root.into_raw(),
+            ids: IdMap::new(root_ino),
+            map: papaya::HashMap::builder().hasher(IdHash).build(),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             stats,
         }
     }
 
-    /// The node id the kernel will know `d` by.
-    pub fn id_of(&self, d: &DentryRef<'_>) -> u64 {
-        let p = d.dentry() as *const Dentry;
-        if p == self.root {
-            ROOT_ID
-        } else {
-            p as u64
-        }
+    /// Node ids <-> backend inode numbers for this mount.
+    pub fn ids(&self) -> IdMap {
+        self.ids
     }
 
-    /// Borrow the dentry behind node id `id` for the length of a request.
-    ///
-    /// # Safety
-    /// `id` is 1 or an id from [`Nodes::hand_out`] on this `Nodes` whose
-    /// references are not all forgotten, and the kernel keeps it so until
-    /// the borrow ends (it does while its request on `id` waits for the
-    /// reply). `vfs` is the `Vfs` this `Nodes` was made from.
-    pub unsafe fn borrow<'v>(&self, vfs: &'v Vfs, id: u64) -> Result<Node<'v>> {
-        if id == 0 {
-            return Err(Errno::EIO);
-        }
-        let p = if id == ROOT_ID {
+    fn stripe(&self, id: u64) -> MutexGuard<'_, ()> {
+        // A panic never happens under a stripe lock (only count and map
+        // updates run there), so a poisoned one still guards nothing
+        // broken.
+        self.stripes[(id as usize) % STRIPES]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Borrow a dentry of node `id` for the length of its request.
+    pub fn borrow<'v>(&self, vfs: &'v Vfs, id: NodeId) -> Result<Borrowed<'v>> {
+        let p = if id.0 == ROOT_ID {
             self.root
         } else {
-            id as *const Dentry
+            let g = self.map.guard();
+            let node = self.map.get(&id.0, &g).ok_or(Errno::ESTALE)?;
+            node.dentry.as_ptr() as *const Dentry
         };
-        // SAFETY: p carries a count owned by us or the kernel for longer
-        // than this borrow (caller's contract); ManuallyDrop never drops it.
-        Ok(Node(ManuallyDrop::new(unsafe { vfs.dentry_from_raw(p) })))
+        // SAFETY: p carries a count owned by this struct (the root) or by
+        // the published node, which the kernel keeps held until the request
+        // is answered (NodeId's contract) and so is not unpublished (and
+        // its reference not dropped) before this borrow ends. ManuallyDrop
+        // never drops the count.
+        Ok(Borrowed(ManuallyDrop::new(unsafe {
+            vfs.dentry_from_raw(p)
+        })))
     }
 
-    /// Count one more kernel lookup of `d`: the id for an entry reply. A
-    /// negative dentry is refused (ENOENT): the kernel only counts positive
-    /// entries.
+    /// Count one more kernel lookup of `d`'s inode: the node id for an entry
+    /// reply. A negative dentry is refused (ENOENT): the kernel counts only
+    /// positive entries.
     pub fn hand_out(&self, d: DentryRef<'_>) -> Result<u64> {
-        if d.is_negative() {
-            return Err(Errno::ENOENT);
-        }
-        let id = self.id_of(&d);
+        let inode: *const Inode = d.inode().ok_or(Errno::ENOENT)?;
+        // SAFETY: `d` is a counted reference to a dentry bound to this
+        // inode; the inode lives as long as the dentry points to it, and a
+        // pinned dentry (the node's) keeps it until unpublished.
+        let i = unsafe { &*inode };
+        let id = self.ids.id(i.ino());
         if id == ROOT_ID {
             // The root is held for the whole mount and never forgotten.
             return Ok(ROOT_ID);
         }
-        // Relaxed: the lookup count only decides which thread owns the
-        // kernel's reference (module docs); the RMWs on it are totally
-        // ordered, and the reference's own get/put carry the ordering that
-        // protects the dentry. The stats are statistics (stats.rs).
-        if d.dentry().d_fsdata.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.stats.kernel_nodes.fetch_add(1, Ordering::Relaxed);
-            // Our reference becomes the kernel's.
-            let _ = d.into_raw();
+        if i.i_lookups.get_held() {
+            self.stats.kernel_refs.add(1);
+            return Ok(id);
         }
-        // Otherwise the kernel's reference already pins the node and `d`
-        // is dropped here.
+        let g = self.stripe(id);
+        let mut conflict = false;
+        let mut pin = Some(d);
+        let guard = self.map.guard();
+        if i.i_lookups.load() == 0 {
+            // Under the stripe lock a count of 0 means this inode is not
+            // published; a node under the same id is another inode that
+            // the backend gave the same number while the kernel still
+            // holds the old one.
+            conflict = self.map.get(&id, &guard).is_some();
+        }
+        if conflict {
+            return Err(Errno::ESTALE);
+        }
+        let published = i.i_lookups.get_locked(&g, || {
+            // Our reference becomes the node's.
+            if let Some(dentry) = pin
+                .take()
+                .and_then(|d| NonNull::new(d.into_raw() as *mut Dentry))
+            {
+                self.map.insert(id, Node { dentry }, &guard);
+            }
+        });
+        drop(guard);
+        drop(g);
+        if published {
+            // Relaxed: statistics (stats.rs).
+            self.stats.kernel_nodes.fetch_add(1, Ordering::Relaxed);
+        }
+        // Unpublished: the node's own reference pins it, `pin` drops ours.
+        drop(pin);
         self.stats.kernel_refs.add(1);
         Ok(id)
     }
 
-    /// Count one more kernel lookup of `d` without a reference of our own:
-    /// only while the kernel already holds the node (its lookup count is
-    /// above zero, so the kernel's reference keeps the dentry alive). The id
-    /// for an entry reply, or `None` when the count is zero (the caller then
-    /// takes a reference and uses [`Nodes::hand_out`]). `d` must be positive
-    /// and reached inside a read section (or under a reference).
+    /// Count one more kernel lookup of `d`'s inode without a reference of
+    /// our own: only while the kernel already holds the node (its count is
+    /// above zero, so the node's reference keeps the inode alive). The node
+    /// id for an entry reply, or `None` (the caller then takes a reference
+    /// and uses [`Nodes::hand_out`]). `d` must be reached inside a read
+    /// section (or under a reference).
+    #[inline]
     pub fn hand_out_held(&self, d: &Dentry) -> Option<u64> {
-        let p = d as *const Dentry;
-        if p == self.root {
+        let p = d.inode_ptr();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: the caller's read section keeps the dentry, and an inode
+        // is freed only a grace period after its last dentry let it go.
+        let i = unsafe { &*p };
+        let id = self.ids.id(i.ino());
+        if id == ROOT_ID {
             return Some(ROOT_ID);
         }
-        // Relaxed: as in hand_out, the RMWs on the count are totally
-        // ordered. A forget that empties the count either comes first (we
-        // then see 0 and decline) or second (it sees our +1 and keeps the
-        // kernel's reference). Nothing of the dentry is read after this
-        // step (the id is its address), so it needs no ordering beyond
-        // the caller's read section. The count never reaches u64::MAX in
-        // practice; checked_add declines rather than wraps.
-        d.d_fsdata
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                if c == 0 {
-                    None
-                } else {
-                    c.checked_add(1)
-                }
-            })
-            .ok()?;
+        if !i.i_lookups.get_held() {
+            return None;
+        }
         self.stats.kernel_refs.add(1);
-        Some(p as u64)
+        Some(id)
     }
 
-    /// The kernel forgot `n` lookups of node `id`; at zero, drop its
-    /// reference. A forget of more than the count is refused and counted.
-    ///
-    /// # Safety
-    /// As for [`Nodes::borrow`]: `id` came from `hand_out` and the kernel
-    /// has not forgotten all of it yet.
-    pub unsafe fn forget(&self, vfs: &Vfs, id: u64, n: u64) {
-        if id == ROOT_ID || id == 0 || n == 0 {
+    /// The kernel forgot `n` lookups of node `id`; at zero the node is
+    /// unpublished and its reference dropped. A forget of an unknown node
+    /// or of more than was counted is refused and counted.
+    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64) {
+        if id.0 == ROOT_ID || n == 0 {
             return;
         }
-        // SAFETY: the kernel's count is not zero yet (caller's contract),
-        // so its reference keeps the dentry alive.
-        let d = unsafe { &*(id as *const Dentry) };
-        // Relaxed: see hand_out. Subtract only what is there.
-        let taken = d
-            .d_fsdata
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(n));
-        match taken {
-            Ok(prev) => {
-                self.stats.kernel_refs.sub(n);
-                if prev == n {
-                    self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
-                    // SAFETY: the count went from n to 0, so this thread
-                    // owns the kernel's reference (taken by into_raw in
-                    // hand_out at the 0 -> 1 step) and re-owns it once;
-                    // dropping it is the dput.
-                    drop(unsafe { vfs.dentry_from_raw(id as *const Dentry) });
-                }
-            }
+        let guard = self.map.guard();
+        let Some(node) = self.map.get(&id.0, &guard) else {
+            // Relaxed: statistics.
+            self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let dentry = node.dentry;
+        // SAFETY: the node's reference keeps its dentry alive until it is
+        // unpublished, which only this forget can do now.
+        let d = unsafe { dentry.as_ref() };
+        let p = d.inode_ptr();
+        // SAFETY: a node's dentry keeps its inode (a pinned dentry is
+        // unhashed on unlink, never made negative).
+        let Some(i) = (unsafe { p.as_ref() }) else {
+            self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut unpinned = None;
+        let r = i.i_lookups.put(
+            n,
+            || self.stripe(id.0),
+            || {
+                self.map.remove(&id.0, &guard);
+                unpinned = Some(dentry);
+            },
+        );
+        drop(guard);
+        match r {
+            Ok(_) => self.stats.kernel_refs.sub(n),
             Err(_) => {
                 self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
             }
         }
+        if let Some(dentry) = unpinned {
+            // Relaxed: statistics.
+            self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
+            // SAFETY: the node's counted reference, given back once (the
+            // node is unpublished, so no one else can reach it).
+            drop(unsafe { vfs.dentry_from_raw(dentry.as_ptr()) });
+        }
     }
 
-    /// Give back the root reference. Idempotent.
+    /// Give back the root reference and every node's (the session is over:
+    /// the kernel sends no forgets at unmount). Idempotent.
     pub fn release(&mut self, vfs: &Vfs) {
+        let pinned: Vec<(u64, NonNull<Dentry>)> = {
+            let m = self.map.pin();
+            let v = m.iter().map(|(k, n)| (*k, n.dentry)).collect();
+            m.clear();
+            v
+        };
+        for (_, dentry) in pinned {
+            // SAFETY: each node's reference, re-owned once (the map is
+            // empty now); the dentry keeps its inode until this dput.
+            let d = unsafe { vfs.dentry_from_raw(dentry.as_ptr()) };
+            if let Some(i) = d.inode() {
+                i.i_lookups.clear();
+            }
+            drop(d);
+        }
         if !self.root.is_null() {
             // SAFETY: the reference taken in `new`, re-owned once (root is
             // nulled right after).

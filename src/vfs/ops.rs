@@ -278,16 +278,28 @@ impl Vfs {
         new_path: impl AsRef<[u8]>,
     ) -> Result<DentryRef<'_>> {
         let old = self.lookup(old_at, old_path, false)?;
+        self.link_dentry(&old, new_at, new_path)
+    }
+
+    /// Make `new_path` another name for the inode of `old`, a dentry the
+    /// caller holds (FUSE LINK names the inode, not a path; `old` may have
+    /// been renamed or unlinked since, as with `linkat(fd, "",
+    /// AT_EMPTY_PATH)`: the backend refuses an inode with no links left).
+    pub fn link_dentry<'v>(
+        &'v self,
+        old: &DentryRef<'_>,
+        new_at: At<'_>,
+        new_path: impl AsRef<[u8]>,
+    ) -> Result<DentryRef<'v>> {
         let inode = old.inode().ok_or(Errno::ENOENT)?;
         if inode.kind == FileType::Directory {
             return Err(Errno::EPERM);
         }
         let fs = &self.sb().fs;
         let ino = inode.ino;
-        let d = self.create_common(new_at, new_path.as_ref(), false, |dir, name| {
+        self.create_common(new_at, new_path.as_ref(), false, |dir, name| {
             fs.link(ino, dir, name)
-        })?;
-        Ok(d)
+        })
     }
 
     pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {

@@ -1,6 +1,15 @@
 //! The inode table: host `(st_dev, st_ino)` <-> our `Ino`, each entry holding
 //! the O_PATH fd that names the host object.
 //!
+//! **Numbers.** The served directory is [`ROOT_INO`]. Everything else on
+//! the source's own filesystem keeps the host's `st_ino`, so a number is
+//! stable while the file exists, the same after it is forgotten and looked
+//! up again, and the same after a daemon restart. A file on another
+//! filesystem mounted below the source (whose host numbers could collide
+//! with the source's) gets a number of ours from `1 << 63` up, fixed for
+//! the table's life (the mapping is never dropped); so does a host number
+//! 1 that is not the source itself (tmpfs numbers its root 1).
+//!
 //! One `RwLock` guards both maps, held only for hash-map work: every syscall
 //! (the openat and fstat of a lookup, the close of a dropped fd) happens
 //! outside it. Readers clone the entry's `Arc`, so an fd stays open while an
@@ -10,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::sys::{self, HostKey};
 use crate::errno::{Errno, Result};
@@ -72,14 +81,22 @@ struct Maps {
 
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
-    next_ino: AtomicU64,
+    /// The served directory's host identity.
+    root_key: HostKey,
+    /// Numbers of host inodes not on the source's filesystem (module docs).
+    foreign: Mutex<HashMap<HostKey, Ino>>,
+    next_foreign: AtomicU64,
 }
+
+/// The first number given to a host inode from another filesystem.
+pub(crate) const FOREIGN_BASE: Ino = 1 << 63;
 
 impl InodeTable {
     pub(crate) fn new(root_fd: OwnedFd, root_st: &libc::stat) -> Result<InodeTable> {
+        let root_key = sys::host_key(root_st);
         let root = Inode {
             fd: root_fd,
-            key: sys::host_key(root_st),
+            key: root_key,
             kind: sys::kind_of(root_st)?,
             nlookup: AtomicU64::new(1),
             ctime_ns: AtomicU64::new(0),
@@ -94,7 +111,25 @@ impl InodeTable {
         maps.by_ino.insert(ROOT_INO, Arc::new(root));
         Ok(InodeTable {
             maps: RwLock::new(maps),
-            next_ino: AtomicU64::new(ROOT_INO + 1),
+            root_key,
+            foreign: Mutex::new(HashMap::new()),
+            next_foreign: AtomicU64::new(FOREIGN_BASE),
+        })
+    }
+
+    /// Our number for host inode `key`, held or not (module docs).
+    pub(crate) fn number(&self, key: HostKey) -> Ino {
+        if key == self.root_key {
+            return ROOT_INO;
+        }
+        if key.0 == self.root_key.0 && key.1 != ROOT_INO && key.1 < FOREIGN_BASE {
+            return key.1;
+        }
+        let mut m = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(key).or_insert_with(|| {
+            // Relaxed: numbers only need to be distinct; the map's lock
+            // publishes them.
+            self.next_foreign.fetch_add(1, Ordering::Relaxed)
         })
     }
 
@@ -111,11 +146,6 @@ impl InodeTable {
     /// The entry for `ino`; ESTALE for one never handed out or forgotten.
     pub(crate) fn get(&self, ino: Ino) -> Result<Arc<Inode>> {
         self.read().by_ino.get(&ino).cloned().ok_or(Errno::ESTALE)
-    }
-
-    /// Our number for a host inode, if we hold it.
-    pub(crate) fn ino_of(&self, key: HostKey) -> Option<Ino> {
-        self.read().by_key.get(&key).copied()
     }
 
     /// The held entry for a host inode, counting one lookup, if there is one.
@@ -146,9 +176,7 @@ impl InodeTable {
             ctime_ns: AtomicU64::new(0),
             mtime_ns: AtomicU64::new(0),
         });
-        // Relaxed: the counter only has to hand out distinct numbers; the
-        // number is published to other threads through the map's lock.
-        let candidate = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let candidate = self.number(key);
         let raced = {
             let mut maps = self.write();
             // Another lookup of the same host inode may have won the race.

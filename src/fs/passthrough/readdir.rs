@@ -25,14 +25,13 @@ use crate::fs::{DirEntry, FileType, Ino};
 const DOT_OFFSET: u64 = 1;
 const DOTDOT_OFFSET: u64 = 2;
 const HOST_BIAS: u64 = 3;
-const UNHELD_BIT: u64 = 1 << 63;
 const BUF_SIZE: usize = 32 * 1024;
 
-/// The inode number to report for a host inode seen in a listing.
+/// The inode number to report for a host inode seen in a listing: the
+/// number a lookup of it gives (`d_ino == st_ino`). A mount point below
+/// the source lists the covered directory's number, as on the host.
 fn display_ino(table: &InodeTable, dev: u64, host_ino: u64) -> Ino {
-    table
-        .ino_of((dev, host_ino))
-        .unwrap_or(host_ino | UNHELD_BIT)
+    table.number((dev, host_ino))
 }
 
 fn kind_of_dtype(d_type: u8) -> Option<FileType> {

@@ -1,23 +1,32 @@
-//! Each FUSE request as calls on the `Vfs`, relative to the dentry of the
-//! node it names, with the single name the kernel sends. Results are plain
-//! data; [`super::fs`] turns them into replies. A borrowed node is never
-//! used after its handler returns (see [`super::nodes`]).
+//! The FUSE requests as calls on the `Vfs`, with no kernel in sight: each
+//! method takes what a request carries (a [`NodeId`], a name, a [`Fh`])
+//! and returns plain data. [`super::fs`] is the thin fuser adapter that
+//! turns requests into these calls and results into replies; tests drive
+//! [`FuseCore`] directly, standing in for the kernel.
 //!
-//! An entry result `(id, Attr)` has already counted one kernel lookup of
-//! the node: the caller must deliver it in a reply.
+//! Every attribute returned carries the node id as its inode number
+//! (`Attr::ino`), which is what `stat` shows through the mount. An
+//! [`Entry`] has already counted one kernel lookup of its node: the caller
+//! must deliver it in a reply (or forget it).
 
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, FileType, RenameFlags, SetAttr, StatFs};
+use crate::sync::Arc;
 use crate::vfs::At;
-use crate::DentryRef;
+use crate::{DentryRef, OpenFile, Vfs};
 
 use super::access::{self, Caller};
 use super::attr::mknod_kind;
-use super::fs::DcacheFs;
-use super::nodes::Node;
+use super::handles::{Fh, Handles};
+use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
+use super::stats::Stats;
 
-/// A node id and its attributes, for an entry reply.
-pub type Entry = (u64, Attr);
+/// A node for an entry reply: its id and attributes (`attr.ino == id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub id: u64,
+    pub attr: Attr,
+}
 
 /// Adds one readdir entry `(ino, offset, kind, name)` to a reply; true
 /// when the reply is full (the entry was not added).
@@ -31,35 +40,82 @@ pub type AddDirEntryPlus<'a> = dyn FnMut(u64, u64, &[u8], &Attr) -> bool + 'a;
 /// fewer (a page), the rest are simply not handed out.
 const READDIRPLUS_BATCH: usize = 64;
 
-impl DcacheFs {
-    /// The dentry behind node id `id`, for the length of one request.
-    pub(crate) fn node(&self, id: u64) -> Result<Node<'_>> {
-        // SAFETY: the kernel only names nodes it got from entry replies and
-        // has not forgotten, and holds each for as long as its request on
-        // it is outstanding; handlers drop the borrow before replying.
-        unsafe { self.nodes.borrow(&self.vfs, id) }
+/// A `Vfs` served as FUSE nodes and file handles.
+pub struct FuseCore {
+    nodes: Nodes,
+    handles: Handles,
+    ids: IdMap,
+    stats: Arc<Stats>,
+    /// Declared last: dropped after `Drop::drop` gave back our references.
+    vfs: Vfs,
+}
+
+impl FuseCore {
+    pub fn new(vfs: Vfs) -> FuseCore {
+        let stats = Arc::new(Stats::default());
+        let nodes = Nodes::new(&vfs, stats.clone());
+        FuseCore {
+            ids: nodes.ids(),
+            nodes,
+            handles: Handles::new(stats.clone()),
+            stats,
+            vfs,
+        }
+    }
+
+    pub fn vfs(&self) -> &Vfs {
+        &self.vfs
+    }
+
+    /// Node ids <-> backend inode numbers.
+    pub fn ids(&self) -> IdMap {
+        self.ids
+    }
+
+    /// The live counts, shared (they stay readable after the core is moved
+    /// into a session).
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// End of session: give back every reference the kernel held (it sends
+    /// no forgets at unmount) and the root's. Idempotent.
+    pub fn release(&mut self) {
+        self.nodes.release(&self.vfs);
+    }
+
+    /// A dentry of node `id`, for the length of one request.
+    fn node(&self, id: NodeId) -> Result<Borrowed<'_>> {
+        self.nodes.borrow(&self.vfs, id)
+    }
+
+    /// `a` as the kernel sees it: the node id as inode number.
+    #[inline]
+    fn shown(&self, mut a: Attr) -> Attr {
+        a.ino = self.ids.id(a.ino);
+        a
     }
 
     /// Count a kernel lookup of `d` for an entry reply.
     fn entry(&self, d: DentryRef<'_>) -> Result<Entry> {
-        let a = self.vfs.getattr_dentry(&d)?;
+        let attr = self.shown(self.vfs.getattr_dentry(&d)?);
         let id = self.nodes.hand_out(d)?;
-        Ok((id, a))
+        Ok(Entry { id, attr })
     }
 
     /// `Ok(None)`: the name does not exist (a negative entry).
     ///
-    /// A name the kernel already holds a node for (the common case: the
+    /// A name whose inode the kernel already holds (the common case: the
     /// revalidation LOOKUPs that timeouts of 0 cause on every path walk) is
-    /// answered from the rcu-walk without taking a reference or a lock:
-    /// the kernel's own reference pins the node ([`Nodes::hand_out_held`]).
-    /// Anything else takes the reference-counted path.
-    ///
-    /// [`Nodes::hand_out_held`]: super::nodes::Nodes::hand_out_held
-    pub fn do_lookup(&self, parent: u64, name: &[u8]) -> Result<Option<Entry>> {
+    /// answered from the rcu-walk without taking a reference or a lock
+    /// ([`Nodes::hand_out_held`]). Anything else takes the counted path.
+    pub fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
         let fast = self.vfs.lookup_rcu_with(At::Dir(p.dentry()), name, |d, a| {
-            self.nodes.hand_out_held(d).map(|id| (id, *a))
+            self.nodes.hand_out_held(d).map(|id| Entry {
+                id,
+                attr: Attr { ino: id, ..*a },
+            })
         });
         let r = match fast {
             Some(r) => r,
@@ -75,27 +131,25 @@ impl DcacheFs {
         }
     }
 
-    pub fn do_forget(&self, id: u64, n: u64) {
-        // SAFETY: the kernel forgets only what it was handed (counts
-        // included), once.
-        unsafe { self.nodes.forget(&self.vfs, id, n) }
+    pub fn forget(&self, id: NodeId, n: u64) {
+        self.nodes.forget(&self.vfs, id, n)
     }
 
-    pub fn do_getattr(&self, id: u64) -> Result<Attr> {
-        self.vfs.getattr_dentry(&*self.node(id)?)
+    pub fn getattr(&self, id: NodeId) -> Result<Attr> {
+        Ok(self.shown(self.vfs.getattr_dentry(&*self.node(id)?)?))
     }
 
-    pub fn do_setattr(&self, id: u64, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
-        self.vfs.setattr_dentry(&*self.node(id)?, set, ctx)
+    pub fn setattr(&self, id: NodeId, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
+        Ok(self.shown(self.vfs.setattr_dentry(&*self.node(id)?, set, ctx)?))
     }
 
-    pub fn do_readlink(&self, id: u64) -> Result<Vec<u8>> {
+    pub fn readlink(&self, id: NodeId) -> Result<Vec<u8>> {
         self.vfs.readlink_dentry(&*self.node(id)?)
     }
 
-    pub fn do_mknod(
+    pub fn mknod(
         &self,
-        parent: u64,
+        parent: NodeId,
         name: &[u8],
         mode: u32,
         rdev: u32,
@@ -110,7 +164,7 @@ impl DcacheFs {
         self.entry(d)
     }
 
-    pub fn do_mkdir(&self, parent: u64, name: &[u8], mode: u32, ctx: Ctx) -> Result<Entry> {
+    pub fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, ctx: Ctx) -> Result<Entry> {
         let p = self.node(parent)?;
         let d = self
             .vfs
@@ -118,63 +172,36 @@ impl DcacheFs {
         self.entry(d)
     }
 
-    pub fn do_symlink(&self, parent: u64, name: &[u8], target: &[u8], ctx: Ctx) -> Result<Entry> {
+    pub fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], ctx: Ctx) -> Result<Entry> {
         let p = self.node(parent)?;
         let d = self.vfs.symlink(target, At::Dir(p.dentry()), name, ctx)?;
         self.entry(d)
     }
 
-    /// `link(id, newparent, newname)`. The Vfs links by name, so the node
-    /// is named through its current parent and name, and the result is
-    /// checked to be the node's inode: a rename racing in between could
-    /// otherwise link whatever took the name.
-    pub fn do_link(&self, id: u64, newparent: u64, newname: &[u8]) -> Result<Entry> {
+    /// `link(id, newparent, newname)`: another name for the node's inode,
+    /// whatever names it has now.
+    pub fn link(&self, id: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
         let n = self.node(id)?;
-        let inode = n.ino().ok_or(Errno::ENOENT)?;
-        if n.kind() == Some(FileType::Directory) {
-            return Err(Errno::EPERM);
-        }
         let np = self.node(newparent)?;
-        for _ in 0..8 {
-            let parent = self.vfs.dget_parent(&n);
-            let name = n.name();
-            // Unhashed (unlinked) or renamed since: nothing to link by name.
-            let cur = self.vfs.lookup(At::Dir(parent.dentry()), &name, false)?;
-            if cur.ino() != Some(inode) {
-                return Err(Errno::ENOENT);
-            }
-            drop(cur);
-            let d = self.vfs.link(
-                At::Dir(parent.dentry()),
-                &name,
-                At::Dir(np.dentry()),
-                newname,
-            )?;
-            if d.ino() == Some(inode) {
-                return self.entry(d);
-            }
-            // Lost a race with a rename: take back the wrong link, retry.
-            drop(d);
-            self.vfs.unlink(At::Dir(np.dentry()), newname)?;
-        }
-        Err(Errno::EAGAIN)
+        let d = self.vfs.link_dentry(&n, At::Dir(np.dentry()), newname)?;
+        self.entry(d)
     }
 
-    pub fn do_unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
         self.vfs.unlink(At::Dir(p.dentry()), name)
     }
 
-    pub fn do_rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
         self.vfs.rmdir(At::Dir(p.dentry()), name)
     }
 
-    pub fn do_rename(
+    pub fn rename(
         &self,
-        parent: u64,
+        parent: NodeId,
         name: &[u8],
-        newparent: u64,
+        newparent: NodeId,
         newname: &[u8],
         flags: u32,
     ) -> Result<()> {
@@ -191,7 +218,7 @@ impl DcacheFs {
     }
 
     /// Open node `id`; returns the file handle.
-    pub fn do_open(&self, id: u64, flags: i32) -> Result<u64> {
+    pub fn open(&self, id: NodeId, flags: i32) -> Result<Fh> {
         let n = self.node(id)?;
         let f = self.vfs.open_dentry(&n, flags)?;
         Ok(self.handles.insert(f))
@@ -199,14 +226,14 @@ impl DcacheFs {
 
     /// Create-and-open (`open` with O_CREAT): the entry and the handle. An
     /// existing name is opened unless O_EXCL, as openat(2) does.
-    pub fn do_create(
+    pub fn create(
         &self,
-        parent: u64,
+        parent: NodeId,
         name: &[u8],
         mode: u32,
         flags: i32,
         ctx: Ctx,
-    ) -> Result<(Entry, u64)> {
+    ) -> Result<(Entry, Fh)> {
         let p = self.node(parent)?;
         let perm = (mode & 0o7777) as u16;
         let f = self
@@ -217,14 +244,14 @@ impl DcacheFs {
     }
 
     /// The open file behind `fh`.
-    fn file(&self, fh: u64) -> &crate::OpenFile<'_> {
-        // SAFETY: the kernel sends back only handles from open/create that
-        // it has not released, and sends no release while a request on the
-        // handle is in flight; the Vfs outlives every handle (handles.rs).
+    fn file(&self, fh: Fh) -> &OpenFile<'_> {
+        // SAFETY: the returned borrow cannot outlive `self`, which owns the
+        // Vfs every handle was opened on; `Fh`'s contract keeps the handle
+        // alive for the request.
         unsafe { self.handles.get(fh) }
     }
 
-    pub fn do_read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Result<Vec<u8>> {
         let f = self.file(fh);
         let mut buf = vec![0u8; size as usize];
         let n = f.read(offset, &mut buf)?;
@@ -232,41 +259,43 @@ impl DcacheFs {
         Ok(buf)
     }
 
-    pub fn do_write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
         self.file(fh).write(offset, data)
     }
 
-    pub fn do_flush(&self, fh: u64) -> Result<()> {
+    pub fn flush(&self, fh: Fh) -> Result<()> {
         let f = self.file(fh);
         self.vfs.backend().flush(f.ino(), f.fh())
     }
 
-    pub fn do_fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+    pub fn fsync(&self, fh: Fh, datasync: bool) -> Result<()> {
         let f = self.file(fh);
         self.vfs.backend().fsync(f.ino(), f.fh(), datasync)
     }
 
-    pub fn do_release(&self, fh: u64) -> Result<()> {
-        // SAFETY: release names a handle once, after its last request.
+    pub fn release_file(&self, fh: Fh) -> Result<()> {
+        // SAFETY: as in `file`; `Fh`'s contract makes this the handle's one
+        // RELEASE, after its last other request.
         unsafe { self.handles.remove(fh) }.close()
     }
 
     /// Plain readdir: `add(ino, offset, kind, name)` returns true when the
-    /// reply is full. `ino` is the backend's inode number (no lookup is
-    /// made for it); `stat` shows node ids.
-    pub fn do_readdir(&self, id: u64, offset: u64, add: &mut AddDirEntry<'_>) -> Result<()> {
+    /// reply is full. `ino` is the entry's node id, as `stat` shows it.
+    pub fn readdir(&self, id: NodeId, offset: u64, add: &mut AddDirEntry<'_>) -> Result<()> {
         let d = self.node(id)?;
-        self.vfs
-            .readdir_dentry(&d, offset, &mut |e| !add(e.ino, e.offset, e.kind, &e.name))
+        let ids = self.ids;
+        self.vfs.readdir_dentry(&d, offset, &mut |e| {
+            !add(ids.id(e.ino), e.offset, e.kind, &e.name)
+        })
     }
 
     /// readdirplus: like readdir, with each entry looked up and counted as
     /// a kernel lookup, as by `lookup` (only entries that fit in the reply;
     /// `.` and `..` are not counted by the kernel and get none).
     /// `add(id, offset, name, attr)` returns true when full.
-    pub fn do_readdirplus(
+    pub fn readdirplus(
         &self,
-        id: u64,
+        id: NodeId,
         offset: u64,
         add: &mut AddDirEntryPlus<'_>,
     ) -> Result<()> {
@@ -281,15 +310,14 @@ impl DcacheFs {
         let mut added = false;
         for e in batch {
             let full = match e.name.as_slice() {
-                b"." => add(id, e.offset, &e.name, &self.vfs.getattr_dentry(&dir)?),
+                b"." => {
+                    let a = self.shown(self.vfs.getattr_dentry(&dir)?);
+                    add(a.ino, e.offset, &e.name, &a)
+                }
                 b".." => {
                     let p = self.vfs.dget_parent(&dir);
-                    add(
-                        self.nodes.id_of(&p),
-                        e.offset,
-                        &e.name,
-                        &self.vfs.getattr_dentry(&p)?,
-                    )
+                    let a = self.shown(self.vfs.getattr_dentry(&p)?);
+                    add(a.ino, e.offset, &e.name, &a)
                 }
                 name => {
                     let d = match self.vfs.lookup(At::Dir(dir.dentry()), name, false) {
@@ -302,8 +330,8 @@ impl DcacheFs {
                     if d.is_negative() {
                         continue;
                     }
-                    let a = self.vfs.getattr_dentry(&d)?;
-                    if add(self.nodes.id_of(&d), e.offset, name, &a) {
+                    let a = self.shown(self.vfs.getattr_dentry(&d)?);
+                    if add(a.ino, e.offset, name, &a) {
                         true
                     } else {
                         self.nodes.hand_out(d)?;
@@ -319,11 +347,11 @@ impl DcacheFs {
         Ok(())
     }
 
-    pub fn do_statfs(&self) -> Result<StatFs> {
+    pub fn statfs(&self) -> Result<StatFs> {
         self.vfs.statfs()
     }
 
-    pub fn do_access(&self, id: u64, uid: u32, gid: u32, pid: u32, mask: i32) -> Result<()> {
+    pub fn access(&self, id: NodeId, uid: u32, gid: u32, pid: u32, mask: i32) -> Result<()> {
         let a = self.vfs.getattr_dentry(&*self.node(id)?)?;
         let groups = || access::proc_groups(pid);
         access::check(
@@ -335,5 +363,11 @@ impl DcacheFs {
             },
             mask,
         )
+    }
+}
+
+impl Drop for FuseCore {
+    fn drop(&mut self) {
+        self.nodes.release(&self.vfs);
     }
 }
