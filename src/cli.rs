@@ -30,6 +30,9 @@ enum Command {
     /// Print the field layout of dcache's hot structures, pahole-style.
     Layout(LayoutArgs),
     /// Serve a backend through FUSE on MOUNTPOINT (libfuse-style -f, -s, -o).
+    #[command(
+        override_usage = "dcache mount [--backend BACKEND] [-f] [-s] [-o OPT[,OPT..]] <MOUNTPOINT>"
+    )]
     Mount(crate::fuse::MountArgs),
 }
 
@@ -110,13 +113,28 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     }
 }
 
-/// clap's message without its "error: " label, usage block and hints.
+/// clap's message on one line: without its "error: " label, tips and
+/// help hint; a list under the first line (the missing arguments) is
+/// joined onto it, followed by the usage line, so that `dcache mount`
+/// alone says what it needs.
 fn one_line(msg: &str) -> String {
-    let first = msg
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("bad usage");
-    first.trim().trim_start_matches("error: ").to_string()
+    let mut lines = msg.lines().skip_while(|l| l.trim().is_empty());
+    let first = lines.next().unwrap_or("bad usage");
+    let mut out = first.trim().trim_start_matches("error: ").to_string();
+    if out.ends_with(':') {
+        let items: Vec<&str> = lines
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        if !items.is_empty() {
+            out.push(' ');
+            out.push_str(&items.join(", "));
+        }
+        if let Some(usage) = msg.lines().find_map(|l| l.trim().strip_prefix("Usage: ")) {
+            out.push_str(&format!(" (usage: {usage})"));
+        }
+    }
+    out
 }
 
 fn bench_main(a: BenchArgs) -> i32 {
@@ -181,6 +199,13 @@ mod tests {
         let msg =
             "error: unexpected argument '--bogus' found\n\n  tip: ...\n\nUsage: dcache bench\n";
         assert_eq!(one_line(msg), "unexpected argument '--bogus' found");
+        let missing = "error: the following required arguments were not provided:\n  \
+                       <MOUNTPOINT>\n\nUsage: dcache mount <MOUNTPOINT>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(missing),
+            "the following required arguments were not provided: <MOUNTPOINT> \
+             (usage: dcache mount <MOUNTPOINT>)"
+        );
     }
 
     #[test]
@@ -192,5 +217,6 @@ mod tests {
         assert_eq!(run(&["dcache", "bench", "--help"]), 0);
         assert_eq!(run(&["dcache", "layout", "NoSuchType"]), 2);
         assert_eq!(run(&["dcache", "layout"]), 0);
+        assert_eq!(run(&["dcache", "mount"]), 2);
     }
 }

@@ -36,6 +36,7 @@ impl Errno {
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
+    pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
 
     /// The errno of an `std::io::Error`, EIO when it carries none.
     pub fn from_io(e: &std::io::Error) -> Errno {
@@ -81,6 +82,7 @@ impl Errno {
             (Errno::EOVERFLOW, "EOVERFLOW"),
             (Errno::ENOTSUP, "ENOTSUP"),
             (Errno::ESTALE, "ESTALE"),
+            (Errno::ENOTCONN, "ENOTCONN"),
         ];
         known
             .iter()
@@ -96,14 +98,22 @@ impl fmt::Debug for Errno {
     }
 }
 
+impl Errno {
+    /// The C library's description (`"No such file or directory"`),
+    /// without the `" (os error N)"` std appends.
+    pub fn description(self) -> String {
+        let s = std::io::Error::from_raw_os_error(self.0).to_string();
+        match s.rsplit_once(" (os error ") {
+            Some((text, _)) => text.to_string(),
+            None => s,
+        }
+    }
+}
+
+/// `ENOENT: No such file or directory`.
 impl fmt::Display for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({})",
-            self.name(),
-            std::io::Error::from_raw_os_error(self.0)
-        )
+        write!(f, "{}: {}", self.name(), self.description())
     }
 }
 
@@ -118,5 +128,28 @@ impl From<std::io::Error> for Errno {
 impl From<Errno> for std::io::Error {
     fn from(e: Errno) -> Self {
         std::io::Error::from_raw_os_error(e.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Errno;
+
+    #[test]
+    fn display_is_name_colon_description() {
+        assert_eq!(
+            Errno::ENOENT.to_string(),
+            "ENOENT: No such file or directory"
+        );
+        assert_eq!(Errno::ENOTDIR.to_string(), "ENOTDIR: Not a directory");
+        assert_eq!(
+            Errno::ENOTCONN.to_string(),
+            "ENOTCONN: Transport endpoint is not connected"
+        );
+        for e in [Errno::EIO, Errno::ESTALE, Errno(4095)] {
+            let s = e.to_string();
+            assert!(!s.contains("os error") && !s.contains('('), "{s}");
+        }
+        assert_eq!(format!("{:?}", Errno::EIO), "EIO");
     }
 }

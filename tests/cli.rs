@@ -411,3 +411,18 @@ fn dup_close_runs_on_lib_and_kernel() {
         .unwrap_or(0);
     assert_eq!(left, 0);
 }
+
+/// `dcache mount` alone: one line naming what is missing and the usage,
+/// with the backend option, not clap's cut-off first line.
+#[test]
+fn mount_without_mountpoint_names_it_and_the_backend_option() {
+    let o = dcache(&["mount"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("dcache: "), "{err}");
+    assert!(err.contains("MOUNTPOINT"), "{err}");
+    assert!(err.contains("--backend"), "{err}");
+    assert!(!err.trim_end().ends_with(':'), "{err}");
+    assert!(o.stdout.is_empty());
+}

@@ -239,9 +239,14 @@ impl MountOptions {
         m.push(MountOption::FSName(
             self.fsname.clone().unwrap_or_else(|| default_fsname.into()),
         ));
-        m.push(MountOption::Subtype(
-            self.subtype.clone().unwrap_or_else(|| "dcache".into()),
-        ));
+        // As a kernel option (not fuser's `Subtype`, which only fusermount
+        // understands), so that a direct mount is listed as `fuse.dcache`
+        // too; fusermount3 takes it the same way.
+        let subtype = self
+            .subtype
+            .as_deref()
+            .unwrap_or(super::session::DEFAULT_SUBTYPE);
+        m.push(MountOption::CUSTOM(format!("subtype={subtype}")));
         if self.default_permissions {
             m.push(MountOption::DefaultPermissions);
         }
@@ -288,6 +293,9 @@ mod tests {
         assert_eq!(c.n_threads, Some(3));
         assert!(c.mount_options.contains(&MountOption::FSName("x".into())));
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::CUSTOM("subtype=dcache".into())));
         let t = MountOptions::parse(&["timeout=0"]).unwrap();
         assert_eq!(t.timeouts, Timeouts::NONE);
     }

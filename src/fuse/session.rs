@@ -17,6 +17,23 @@
 //! prints the count without unmounting. A second SIGINT/SIGTERM/SIGHUP
 //! exits at once.
 //!
+//! **Whose mount.** Right after mounting, the daemon records the new
+//! mount's device (`major:minor` in /proc/self/mountinfo) and from then on
+//! unmounts only a mount with that device, and only while it is the top
+//! one on its path ([`OwnMount`]). fuser's own unmount (when its session or
+//! `BackgroundSession` is dropped) is never let run: it unmounts by path,
+//! and fuser 0.18's "already unmounted?" test (a poll of /dev/fuse) takes
+//! POLLERR, which an unmounted connection returns, for "still mounted" —
+//! so after `fusermount3 -u` of a mount stacked on another dcache mount,
+//! the upper daemon would unmount the lower one too.
+//!
+//! **Before mounting** the mount point is checked ([`preflight`]): it must
+//! exist and be a directory (a mount on a file succeeds but then answers
+//! every access with EIO). A mount point that answers ENOTCONN is a FUSE
+//! mount whose daemon died; one of ours (type `fuse.dcache`) is detached
+//! and the new mount goes in its place, any other is refused with the
+//! command that removes it.
+//!
 //! **Pruning** asks the kernel to drop the cached entries of every name in
 //! the root directory (FUSE_NOTIFY_INVAL_ENTRY, which prunes the whole
 //! subtree under a directory); the kernel forgets every node nobody uses,
@@ -24,13 +41,16 @@
 //! after that is in use (an open file, a working directory) or leaked.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use fuser::{BackgroundSession, INodeNo, Notifier, Session, SessionUnmounter};
+use fuser::{BackgroundSession, INodeNo, Notifier, Session};
 
+use crate::errno::Errno;
 use crate::fs::FileSystem;
 use crate::Vfs;
 
@@ -63,6 +83,8 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
 
 /// Mount, serve until unmounted, print the report. Returns the report.
 pub fn serve(req: &ServeRequest) -> Result<Report, String> {
+    let subtype = req.options.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
+    let at = preflight(&req.mountpoint, subtype)?;
     let backend = req.backend.build()?;
     let vfs = Vfs::new(backend).map_err(|e| format!("backend root: {e}"))?;
     let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
@@ -75,34 +97,57 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         .fuser_config(req.single_threaded, &req.backend.fsname());
     // Before any thread exists, so that every thread inherits the mask.
     let signals = signals::block()?;
-    let mut start_poll = None;
-    let mut session = Session::new(fs, &req.mountpoint, &config)
+    let session = Session::new(fs, &at, &config)
         .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
-    if let Some(w) = req.options.poll_window(req.single_threaded) {
-        // After the fork below the governor thread would not exist: start
-        // it in the process that serves.
-        start_poll = Some(w);
-    }
+    let own = OwnMount::record(&at)
+        .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
     if !req.foreground {
         daemon::detach()?;
     }
-    if let Some(w) = start_poll {
+    // After the fork: the governor thread must exist in the process that
+    // serves.
+    if let Some(w) = req.options.poll_window(req.single_threaded) {
         let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
         let _ = poll.set(p);
     }
-    let unmounter = session.unmount_callable();
-    let at = std::fs::canonicalize(&req.mountpoint).unwrap_or_else(|_| req.mountpoint.clone());
+    let session = session.spawn().map_err(|e| format!("session: {e}"))?;
     let pruner = Pruner {
         notifier: session.notifier(),
-        mountpoint: at.clone(),
+        mountpoint: at,
         stats,
     };
-    signals::spawn_waiter(signals, unmounter, pruner, at)?;
-    session.run().map_err(|e| format!("session: {e}"))?;
+    signals::spawn_waiter(signals, own, pruner)?;
+    join(session).map_err(|e| format!("session: {e}"))?;
     report
         .get()
         .copied()
         .ok_or_else(|| "session ended without a report".to_string())
+}
+
+/// The subtype our mounts carry unless `-o subtype=` says otherwise: the
+/// kernel lists them as type `fuse.dcache`.
+pub const DEFAULT_SUBTYPE: &str = "dcache";
+
+/// Wait for a session's threads to finish, without ever letting fuser
+/// unmount (see the module docs): the `BackgroundSession` is not dropped,
+/// so fuser's `Mount` in it never runs its unmount-by-path. Its
+/// /dev/fuse descriptor stays open (a connection that is already gone).
+fn join(bg: BackgroundSession) -> io::Result<()> {
+    let bg = ManuallyDrop::new(bg);
+    // SAFETY: `guard` is a public field, read out exactly once; `bg` is
+    // never used or dropped afterwards, so nothing is dropped twice (its
+    // other fields are leaked on purpose).
+    let guard = unsafe { std::ptr::read(&bg.guard) };
+    guard
+        .join()
+        .map_err(|_| io::Error::other("session thread panicked"))?
+}
+
+/// Leave a session's threads running and its mount alone: a mount that
+/// could not be unmounted (busy, or another mount sits on it), whose
+/// threads would never end.
+fn abandon(bg: BackgroundSession) {
+    let _ = ManuallyDrop::new(bg);
 }
 
 /// Makes the kernel forget what it caches but does not use.
@@ -147,6 +192,7 @@ impl Pruner {
 /// Dropping it unmounts.
 pub struct Mounted {
     session: Option<BackgroundSession>,
+    own: OwnMount,
     report: Arc<OnceLock<Report>>,
     poll: Arc<OnceLock<Arc<Poller>>>,
     pruner: Pruner,
@@ -184,9 +230,16 @@ impl Mounted {
     }
 
     fn stop(&mut self) -> io::Result<()> {
-        match self.session.take() {
-            Some(s) => s.umount_and_join(),
-            None => Ok(()),
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        match self.own.unmount(false) {
+            Ok(()) => join(s),
+            Err(e) => {
+                // Still mounted: joining would wait forever.
+                abandon(s);
+                Err(e)
+            }
         }
     }
 }
@@ -209,13 +262,17 @@ pub fn mount(
     let stats = fs.stats();
     let poll = fs.poll_slot();
     let config = options.fuser_config(false, "dcache");
-    let session = Session::new(fs, mountpoint, &config)?;
+    // Before mounting: afterwards a lookup of the mount point would wait
+    // for workers that do not run yet.
+    let path = std::fs::canonicalize(mountpoint)?;
+    let session = Session::new(fs, &path, &config)?;
+    let own = OwnMount::record(&path)?;
     if let Some(w) = options.poll_window(false) {
         let _ = poll.set(Poller::start(session.as_fd(), w)?);
     }
     let session = session.spawn()?;
-    let path = std::fs::canonicalize(mountpoint)?;
     Ok(Mounted {
+        own,
         pruner: Pruner {
             notifier: session.notifier(),
             mountpoint: path.clone(),
@@ -228,10 +285,246 @@ pub fn mount(
     })
 }
 
-mod signals {
-    use std::path::PathBuf;
+/// Check `mountpoint` before mounting on it and return its canonical path:
+/// it must be a directory; a dead dcache mount on it (its daemon killed)
+/// is detached first; a dead mount of another file system is refused with
+/// the command that removes it.
+pub fn preflight(mountpoint: &Path, subtype: &str) -> Result<PathBuf, String> {
+    let fail =
+        |e: Errno, hint: &str| format!("cannot mount on {}: {e}{hint}", mountpoint.display());
+    // A dead mount may sit on a dead mount: detach a few at most.
+    for _ in 0..8 {
+        match std::fs::metadata(mountpoint) {
+            Ok(m) if m.is_dir() => {
+                return std::fs::canonicalize(mountpoint).map_err(|e| fail(Errno::from_io(&e), ""));
+            }
+            Ok(_) => return Err(fail(Errno::ENOTDIR, "")),
+            Err(e) if Errno::from_io(&e) == Errno::ENOTCONN => {
+                let refuse = |why: &str| {
+                    let hint = format!(
+                        " ({why}; `fusermount3 -u {}` removes it)",
+                        mountpoint.display()
+                    );
+                    fail(Errno::ENOTCONN, &hint)
+                };
+                let at = canonical_parent(mountpoint)
+                    .map_err(|_| refuse("a FUSE mount whose daemon is gone"))?;
+                let ours = mountinfo::read()
+                    .ok()
+                    .and_then(|all| mountinfo::top(&all, &at).cloned())
+                    .is_some_and(|m| {
+                        m.fstype == format!("fuse.{subtype}")
+                            || m.fstype == format!("fuse.{DEFAULT_SUBTYPE}")
+                    });
+                if !ours {
+                    return Err(refuse("a dead mount, not dcache's"));
+                }
+                detach(&at).map_err(|e| {
+                    refuse(&format!(
+                        "a dead dcache mount that could not be detached: {e}"
+                    ))
+                })?;
+                eprintln!(
+                    "dcache: {}: detached a dead dcache mount (its daemon is gone)",
+                    at.display()
+                );
+            }
+            Err(e) => return Err(fail(Errno::from_io(&e), "")),
+        }
+    }
+    Err(fail(Errno::ENOTCONN, " (dead mounts keep coming back)"))
+}
 
-    use super::{Pruner, SessionUnmounter};
+/// `path` with its directory canonicalised but its last name kept: a dead
+/// mount's root cannot be looked at.
+fn canonical_parent(path: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(path)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// Lazily unmount whatever is on top at `at` (MNT_DETACH as root, else
+/// `fusermount3 -u -z`).
+fn detach(at: &Path) -> io::Result<()> {
+    umount(at, libc::MNT_DETACH)
+}
+
+/// umount2(2) on `at` with `flags`; where that is not allowed (not root),
+/// `fusermount3 -u` (`-z` for MNT_DETACH).
+fn umount(at: &Path, flags: i32) -> io::Result<()> {
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: c is a NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if flags & libc::MNT_DETACH != 0 {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg("--").arg(at).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "fusermount3 -u: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// The mount this process made: its path and its device (`major:minor`),
+/// which no other mount shares. Unmounting goes by path (there is no other
+/// way), so it is done only while the top mount on the path is this one.
+#[derive(Clone, Debug)]
+pub struct OwnMount {
+    path: PathBuf,
+    dev: (u32, u32),
+}
+
+impl OwnMount {
+    /// The mount just made on `path` (canonical): the top one there. Read
+    /// from /proc/self/mountinfo; nothing looks into the mount, whose
+    /// workers may not run yet.
+    pub fn record(path: &Path) -> io::Result<OwnMount> {
+        let all = mountinfo::read()?;
+        let top = mountinfo::top(&all, path).ok_or_else(|| {
+            io::Error::other(format!("{} is not in /proc/self/mountinfo", path.display()))
+        })?;
+        Ok(OwnMount {
+            path: path.to_path_buf(),
+            dev: top.dev,
+        })
+    }
+
+    /// Unmount our mount if it is still there: `Ok` once it is gone (or
+    /// was already). An error if another mount sits on top of ours, which
+    /// unmounting by path would hit instead. `lazy`: detach it even while
+    /// it is busy.
+    pub fn unmount(&self, lazy: bool) -> io::Result<()> {
+        let all = mountinfo::read()?;
+        let here: Vec<&mountinfo::Entry> = all.iter().filter(|m| m.at == self.path).collect();
+        if !here.iter().any(|m| m.dev == self.dev) {
+            return Ok(());
+        }
+        if mountinfo::top(&all, &self.path).map(|m| m.dev) != Some(self.dev) {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "another mount sits on ours at {}; unmount it first",
+                    self.path.display()
+                ),
+            ));
+        }
+        match umount(&self.path, 0) {
+            Err(e) if lazy && e.raw_os_error() == Some(libc::EBUSY) => detach(&self.path),
+            r => r,
+        }
+    }
+}
+
+/// /proc/self/mountinfo, the fields we need.
+mod mountinfo {
+    use std::ffi::OsString;
+    use std::io;
+    use std::os::unix::ffi::OsStringExt;
+    use std::path::{Path, PathBuf};
+
+    #[derive(Clone, Debug)]
+    pub struct Entry {
+        pub id: u64,
+        pub parent: u64,
+        pub dev: (u32, u32),
+        pub at: PathBuf,
+        pub fstype: String,
+    }
+
+    pub fn read() -> io::Result<Vec<Entry>> {
+        Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    }
+
+    /// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw`
+    pub fn parse(text: &str) -> Vec<Entry> {
+        text.lines().filter_map(entry).collect()
+    }
+
+    fn entry(line: &str) -> Option<Entry> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (major, minor) = f.get(2)?.split_once(':')?;
+        let sep = f.iter().position(|&x| x == "-")?;
+        Some(Entry {
+            id: f.first()?.parse().ok()?,
+            parent: f.get(1)?.parse().ok()?,
+            dev: (major.parse().ok()?, minor.parse().ok()?),
+            at: PathBuf::from(unescape(f.get(4)?)),
+            fstype: unescape(f.get(sep + 1)?).to_string_lossy().into_owned(),
+        })
+    }
+
+    /// The kernel writes space, tab, newline and backslash as `\ooo`.
+    fn unescape(s: &str) -> OsString {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let oct = b
+                .get(i + 1..i + 4)
+                .filter(|o| o.iter().all(|c| (b'0'..=b'7').contains(c)));
+            match oct {
+                Some(o) if b[i] == b'\\' => {
+                    out.push(o.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
+                    i += 4;
+                }
+                _ => {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+        }
+        OsString::from_vec(out)
+    }
+
+    /// The top mount at `at`: the one no other mount at `at` is stacked on.
+    pub fn top<'a>(all: &'a [Entry], at: &Path) -> Option<&'a Entry> {
+        let here: Vec<&Entry> = all.iter().filter(|m| m.at == at).collect();
+        here.iter()
+            .rev()
+            .find(|m| !here.iter().any(|o| o.parent == m.id))
+            .copied()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn stacked_mounts_and_escapes() {
+            let text = "\
+22 1 0:21 / / rw - ext4 /dev/root rw
+42 22 0:39 / /tmp/a\\040b rw,nosuid - fuse.dcache dcache-mem rw
+43 42 0:40 / /tmp/a\\040b rw,nosuid - fuse dcache-mem rw
+";
+            let all = parse(text);
+            assert_eq!(all.len(), 3);
+            let at = Path::new("/tmp/a b");
+            assert_eq!(all[1].at, at);
+            assert_eq!(all[1].fstype, "fuse.dcache");
+            assert_eq!(top(&all, at).unwrap().dev, (0, 40));
+            assert_eq!(top(&all, Path::new("/")).unwrap().id, 22);
+            assert!(top(&all, Path::new("/tmp")).is_none());
+        }
+    }
+}
+
+mod signals {
+    use super::{OwnMount, Pruner};
 
     pub struct Blocked(libc::sigset_t);
 
@@ -256,12 +549,7 @@ mod signals {
 
     /// A thread that waits for the blocked signals: SIGUSR1 prunes and
     /// reports, the others prune and unmount.
-    pub fn spawn_waiter(
-        set: Blocked,
-        mut unmounter: SessionUnmounter,
-        pruner: Pruner,
-        at: PathBuf,
-    ) -> Result<(), String> {
+    pub fn spawn_waiter(set: Blocked, own: OwnMount, pruner: Pruner) -> Result<(), String> {
         std::thread::Builder::new()
             .name("dcache-signals".into())
             .spawn(move || {
@@ -281,32 +569,23 @@ mod signals {
                         eprintln!("dcache: second signal, exiting without unmounting");
                         std::process::exit(130);
                     }
-                    first = false;
                     pruner.prune();
-                    if unmounter.unmount().is_err() {
-                        lazy_unmount(&at);
+                    match own.unmount(true) {
+                        // Another mount sits on ours: keep serving, and
+                        // let the next signal try again.
+                        Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                            eprintln!("dcache: cannot unmount: {e}");
+                        }
+                        Err(e) => {
+                            eprintln!("dcache: cannot unmount: {e}");
+                            first = false;
+                        }
+                        Ok(()) => first = false,
                     }
                 }
             })
             .map(|_| ())
             .map_err(|e| format!("signal thread: {e}"))
-    }
-
-    /// Detach the mount even though it is busy; it goes away, and our
-    /// session ends, once its last user leaves.
-    fn lazy_unmount(at: &std::path::Path) {
-        use std::os::unix::ffi::OsStrExt;
-        let Ok(c) = std::ffi::CString::new(at.as_os_str().as_bytes()) else {
-            return;
-        };
-        // SAFETY: c is a NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-            return;
-        }
-        let _ = std::process::Command::new("fusermount3")
-            .args(["-u", "-z", "--"])
-            .arg(at)
-            .status();
     }
 }
 

@@ -27,13 +27,29 @@ pub fn fuse_or_skip(test: &str) -> bool {
 
 /// Whether `dir` is a mount point in this process's mount namespace.
 pub fn is_mounted(dir: &Path) -> bool {
+    mounts_at(dir) > 0
+}
+
+/// How many mounts are stacked on `dir`.
+pub fn mounts_at(dir: &Path) -> usize {
     let want = dir.to_string_lossy().replace(' ', "\\040");
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|s| {
             s.lines()
-                .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+                .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+                .count()
         })
-        .unwrap_or(false)
+        .unwrap_or(0)
+}
+
+/// The device (`major:minor`) of the top mount on `dir`, if any (the last
+/// one listed there).
+pub fn top_dev(dir: &Path) -> Option<String> {
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    let s = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    s.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .and_then(|l| l.split(' ').nth(2).map(str::to_string))
 }
 
 /// Poll `cond` every 10 ms for at most `limit`.
@@ -75,6 +91,8 @@ pub struct Daemon {
     child: Arc<Mutex<Child>>,
     done: Arc<AtomicBool>,
     pub mnt: PathBuf,
+    /// Its mount's device: the drop guard unmounts only that mount.
+    pub dev: Option<String>,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -91,6 +109,23 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
+        Daemon::start_on(backend, args, mnt, dir)
+    }
+
+    /// Like [`start`](Self::start), on the given mount point (which may
+    /// already carry mounts): up once one more mount is stacked there.
+    /// `dir` holds the log and is removed with the Daemon.
+    pub fn start_on(backend: &str, args: &[&str], mnt: PathBuf, dir: tempfile::TempDir) -> Daemon {
+        let before = mounts_at(&mnt);
+        // A dead mount there (its daemon killed) is replaced, not stacked on.
+        let dead = std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+        let came_up = move |mnt: &Path| {
+            if dead {
+                std::fs::metadata(mnt).is_ok() && is_mounted(mnt)
+            } else {
+                mounts_at(mnt) > before
+            }
+        };
         let log = dir.path().join("daemon.log");
         let err = File::create(&log).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcache"));
@@ -117,21 +152,23 @@ impl Daemon {
                 let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
             });
         }
-        let d = Daemon {
+        let mut d = Daemon {
             child,
             done,
             mnt,
+            dev: None,
             log,
             _dir: dir,
         };
         let up = wait_for(Duration::from_secs(20), || {
-            is_mounted(&d.mnt) || d.child.lock().unwrap().try_wait().unwrap().is_some()
+            came_up(&d.mnt) || d.child.lock().unwrap().try_wait().unwrap().is_some()
         });
         assert!(
-            up && is_mounted(&d.mnt),
+            up && d.running(),
             "dcache mount did not come up; its stderr:\n{}",
             d.stderr()
         );
+        d.dev = top_dev(&d.mnt);
         d
     }
 
@@ -151,7 +188,12 @@ impl Daemon {
         s
     }
 
-    fn signal(&self, sig: i32) {
+    /// Whether the daemon has not exited yet.
+    pub fn running(&self) -> bool {
+        self.child.lock().unwrap().try_wait().unwrap().is_none()
+    }
+
+    pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid (not yet reaped: the
         // Child is only waited for in `finish`).
         let r = unsafe { libc::kill(self.pid(), sig) };
@@ -210,7 +252,9 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if is_mounted(&self.mnt) {
+        // Only our own mount, and only while it is the top one: another
+        // daemon's (stacked under ours, or mounted since) is left alone.
+        if self.dev.is_some() && top_dev(&self.mnt) == self.dev {
             let _ = Command::new("fusermount3")
                 .arg("-uz")
                 .arg(&self.mnt)
