@@ -205,8 +205,15 @@ impl Passthrough {
                 let parent_sgid =
                     st.st_gid != ctx.gid && sys::stat_fd(dir.fd())?.st_mode & libc::S_ISGID != 0;
                 let gid = if parent_sgid { u32::MAX } else { ctx.gid };
+                let special = st.st_mode & 0o7000;
                 sys::chown_fd(bfd, ctx.uid, gid)?;
                 st = sys::stat_fd(bfd)?;
+                // chown of a regular file clears S_ISUID/S_ISGID; the bits
+                // the create gave belong to the new file: put them back.
+                if special & !st.st_mode != 0 {
+                    sys::chmod_fd(bfd, (st.st_mode & 0o7777) | special)?;
+                    st = sys::stat_fd(bfd)?;
+                }
             }
             if let Some(perm) = perm {
                 let want = u32::from(perm) & 0o777;
