@@ -35,7 +35,7 @@ pub struct OverForget;
 pub struct LookupCount(AtomicU64);
 
 impl LookupCount {
-    pub const fn new() -> LookupCount {
+    pub fn new() -> LookupCount {
         LookupCount(AtomicU64::new(0))
     }
 

@@ -192,6 +192,12 @@ impl Filesystem for DcacheFs {
         if self.cfg.readdirplus {
             want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
         }
+        // A backend whose files change underneath us (passthrough): when an
+        // attribute reply shows a new mtime or size, the kernel drops the
+        // node's cached pages (one node per inode: for every name at once).
+        if self.core.vfs().backend().needs_revalidate() {
+            want |= InitFlags::FUSE_AUTO_INVAL_DATA;
+        }
         // Ask only for what this kernel offers.
         let _ = config.add_capabilities(want & config.capabilities());
         Ok(())
