@@ -9,15 +9,19 @@
 
 use crate::fs::{Attr, FileType, Ino, Timespec};
 use crate::lookupcount::LookupCount;
+use crate::permission::Perm;
 use crate::seqcount::SeqCount;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const ATTR_WORDS: usize = 11;
 
 pub struct Inode {
     pub(crate) ino: Ino,
     pub(crate) kind: FileType,
-    /// Guards `attr`.
+    /// The full `st_mode`, also kept on its own so that the walk's search
+    /// check reads one word next to `kind` (written with `attr`).
+    i_mode: AtomicU32,
+    /// Guards `attr` (and orders `i_mode` with it).
     i_seq: SeqCount,
     attr: [AtomicU64; ATTR_WORDS],
     /// The symlink target, set once (symlinks are immutable) and freed with
@@ -31,6 +35,7 @@ pub struct Inode {
     /// The lookup count a frontend keeps for this inode (FUSE: the kernel's
     /// count of entry replies naming it; see [`crate::lookupcount`]). Zero
     /// and untouched for library users.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) i_lookups: LookupCount,
     /// Directory lock: shared for slow lookups, exclusive for changes.
     pub(crate) i_rwsem: std::sync::RwLock<()>,
@@ -88,6 +93,7 @@ impl Inode {
         Inode {
             ino: attr.ino,
             kind: attr.kind,
+            i_mode: AtomicU32::new(attr.mode()),
             i_seq: SeqCount::new(),
             attr: std::array::from_fn(|i| AtomicU64::new(w[i])),
             link: AtomicPtr::new(std::ptr::null_mut()),
@@ -109,6 +115,46 @@ impl Inode {
 
     pub fn is_dir(&self) -> bool {
         self.kind == FileType::Directory
+    }
+
+    /// The full `st_mode` now (one load; not ordered with the other
+    /// attributes).
+    #[inline(always)]
+    pub(crate) fn mode(&self) -> u32 {
+        // Relaxed: a single word whose old or new value is an answer.
+        self.i_mode.load(Ordering::Relaxed)
+    }
+
+    /// Mode, owner and group as one consistent triple (for permission
+    /// checks); `None` if a writer interfered.
+    #[inline]
+    pub(crate) fn try_perm(&self) -> Option<Perm> {
+        let s = self.i_seq.raw_begin();
+        if s & 1 != 0 {
+            return None;
+        }
+        // Relaxed: ordered by the seqcount's Acquire load and fence.
+        let w7 = self.attr[7].load(Ordering::Relaxed);
+        let w8 = self.attr[8].load(Ordering::Relaxed);
+        let w9 = self.attr[9].load(Ordering::Relaxed);
+        if self.i_seq.read_retry(s) {
+            return None;
+        }
+        Some(Perm {
+            mode: self.kind.mode_bits() | (w7 as u32 & 0o7777),
+            uid: w8 as u32,
+            gid: (w9 >> 32) as u32,
+        })
+    }
+
+    /// [`Inode::try_perm`], retried until no writer interferes.
+    pub(crate) fn perm(&self) -> Perm {
+        loop {
+            if let Some(p) = self.try_perm() {
+                return p;
+            }
+            crate::sync::spin_hint();
+        }
     }
 
     /// Copy the cached attributes. Lock-free and store-free; retries only
@@ -149,6 +195,9 @@ impl Inode {
             // Relaxed: published by the seqcount's write_end (Release).
             slot.store(v, Ordering::Relaxed);
         }
+        // Relaxed: as above; a lone reader of the mode sees the old or the
+        // new one, as Linux's rcu-walk reads i_mode.
+        self.i_mode.store(attr.mode(), Ordering::Relaxed);
         self.i_seq.write_end();
     }
 

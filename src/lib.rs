@@ -16,6 +16,7 @@ pub mod bench;
 pub mod cache_aligned;
 #[cfg(not(loom))]
 pub mod cli;
+pub mod cred;
 pub mod dentry;
 pub mod errno;
 pub mod file;
@@ -26,6 +27,7 @@ pub mod inode;
 pub mod layout;
 pub mod lockref;
 pub mod lookupcount;
+pub mod permission;
 pub mod pollgate;
 pub mod rcu;
 pub mod seqcount;
@@ -33,5 +35,6 @@ pub mod sync;
 mod table;
 pub mod vfs;
 
+pub use cred::{Caps, Cred};
 pub use errno::{Errno, Result};
-pub use vfs::{At, Config, DentryRef, OpenFile, StatMode, Vfs};
+pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, StatMode, Vfs};

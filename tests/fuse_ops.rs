@@ -10,9 +10,12 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::{Ctx, FileType};
+use dcache::fs::FileType;
 use dcache::fuse::{Fh, FuseCore, NodeId};
-use dcache::{Errno, Vfs};
+use dcache::{Cred, Errno, Vfs};
+
+/// The credential of requests the kernel already checked (default_permissions).
+static ROOT_CRED: Cred = Cred::ROOT;
 
 const ROOT: u64 = 1;
 
@@ -36,7 +39,7 @@ fn h(fh: Fh) -> Fh {
 }
 
 fn lookup(fs: &FuseCore, parent: u64, name: &str) -> u64 {
-    fs.lookup(n(parent), name.as_bytes())
+    fs.lookup(&ROOT_CRED, n(parent), name.as_bytes())
         .unwrap()
         .unwrap_or_else(|| panic!("{name} missing"))
         .id
@@ -65,7 +68,7 @@ fn lookups_are_counted_and_pin_the_node_once() {
     assert_eq!(probe.count(), 2);
     drop(probe);
     // A missing name is a negative answer, with nothing handed out.
-    assert_eq!(fs.lookup(n(d1), b"nope").unwrap(), None);
+    assert_eq!(fs.lookup(&ROOT_CRED, n(d1), b"nope").unwrap(), None);
     assert_eq!(fs.stats().report().lookups, 8);
     // getattr through the node id.
     let a = fs.getattr(n(f)).unwrap();
@@ -139,9 +142,9 @@ fn an_unlinked_node_stays_valid_until_forgotten() {
     });
     let c = fs.vfs().counters();
     let f = lookup(&fs, ROOT, "f");
-    let fh = fs.open(n(f), libc::O_RDONLY).unwrap();
-    fs.unlink(n(ROOT), b"f").unwrap();
-    assert_eq!(fs.lookup(n(ROOT), b"f").unwrap(), None);
+    let fh = fs.open(&ROOT_CRED, n(f), libc::O_RDONLY).unwrap();
+    fs.unlink(&ROOT_CRED, n(ROOT), b"f").unwrap();
+    assert_eq!(fs.lookup(&ROOT_CRED, n(ROOT), b"f").unwrap(), None);
     // The kernel's node and the open handle still reach the file.
     assert_eq!(fs.read(h(fh), 0, 10).unwrap(), b"abc");
     assert_eq!(fs.getattr(n(f)).unwrap().size, 3);
@@ -199,19 +202,31 @@ fn namespace_requests_pass_errnos_through() {
         m.mkdir_p("d/e", 0o755).unwrap();
         m.write_file("d/f", b"x").unwrap();
     });
-    let ctx = Ctx { uid: 0, gid: 0 };
     let d = lookup(&fs, ROOT, "d");
-    assert_eq!(fs.mkdir(n(d), b"e", 0o755, ctx).unwrap_err(), Errno::EEXIST);
-    assert_eq!(fs.rmdir(n(ROOT), b"d").unwrap_err(), Errno::ENOTEMPTY);
-    assert_eq!(fs.unlink(n(d), b"e").unwrap_err(), Errno::EISDIR);
-    assert_eq!(fs.rmdir(n(d), b"f").unwrap_err(), Errno::ENOTDIR);
     assert_eq!(
-        fs.rename(n(d), b"f", n(d), b"e", libc::RENAME_NOREPLACE)
+        fs.mkdir(&ROOT_CRED, n(d), b"e", 0o755).unwrap_err(),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        fs.rmdir(&ROOT_CRED, n(ROOT), b"d").unwrap_err(),
+        Errno::ENOTEMPTY
+    );
+    assert_eq!(
+        fs.unlink(&ROOT_CRED, n(d), b"e").unwrap_err(),
+        Errno::EISDIR
+    );
+    assert_eq!(
+        fs.rmdir(&ROOT_CRED, n(d), b"f").unwrap_err(),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        fs.rename(&ROOT_CRED, n(d), b"f", n(d), b"e", libc::RENAME_NOREPLACE)
             .unwrap_err(),
         Errno::EEXIST
     );
     assert_eq!(
         fs.rename(
+            &ROOT_CRED,
             n(d),
             b"f",
             n(d),
@@ -222,39 +237,47 @@ fn namespace_requests_pass_errnos_through() {
         Errno::EINVAL
     );
     assert_eq!(
-        fs.mknod(n(d), b"x", libc::S_IFDIR | 0o755, 0, ctx)
+        fs.mknod(&ROOT_CRED, n(d), b"x", libc::S_IFDIR | 0o755, 0)
             .unwrap_err(),
         Errno::EINVAL
     );
-    let p = fs.mknod(n(d), b"p", libc::S_IFIFO | 0o600, 0, ctx).unwrap();
+    let p = fs
+        .mknod(&ROOT_CRED, n(d), b"p", libc::S_IFIFO | 0o600, 0)
+        .unwrap();
     assert_eq!(fs.getattr(n(p.id)).unwrap().kind, FileType::Fifo);
-    let s = fs.symlink(n(d), b"s", b"f", ctx).unwrap();
+    let s = fs.symlink(&ROOT_CRED, n(d), b"s", b"f").unwrap();
     assert_eq!(s.attr.kind, FileType::Symlink);
     assert_eq!(fs.readlink(n(s.id)).unwrap(), b"f");
     let f = lookup(&fs, d, "f");
-    let l = fs.link(n(f), n(ROOT), b"h").unwrap();
+    let l = fs.link(&ROOT_CRED, n(f), n(ROOT), b"h").unwrap();
     assert_eq!(l.attr.nlink, 2);
     assert_eq!(l.id, f, "another name of the inode is the same node");
     assert_eq!(l.attr.ino, f, "st_ino is the node id");
     let e = lookup(&fs, d, "e");
-    assert_eq!(fs.link(n(e), n(ROOT), b"e2").unwrap_err(), Errno::EPERM);
+    assert_eq!(
+        fs.link(&ROOT_CRED, n(e), n(ROOT), b"e2").unwrap_err(),
+        Errno::EPERM
+    );
     // After a rename the node is still the inode: link needs no name.
-    fs.rename(n(d), b"f", n(ROOT), b"moved", 0).unwrap();
-    let l2 = fs.link(n(f), n(ROOT), b"h2").unwrap();
+    fs.rename(&ROOT_CRED, n(d), b"f", n(ROOT), b"moved", 0)
+        .unwrap();
+    let l2 = fs.link(&ROOT_CRED, n(f), n(ROOT), b"h2").unwrap();
     assert_eq!((l2.id, l2.attr.nlink), (f, 3));
     // An unlinked node cannot be linked again.
-    fs.unlink(n(ROOT), b"moved").unwrap();
-    fs.unlink(n(ROOT), b"h").unwrap();
-    fs.unlink(n(ROOT), b"h2").unwrap();
-    assert_eq!(fs.link(n(f), n(ROOT), b"h3").unwrap_err(), Errno::ENOENT);
+    fs.unlink(&ROOT_CRED, n(ROOT), b"moved").unwrap();
+    fs.unlink(&ROOT_CRED, n(ROOT), b"h").unwrap();
+    fs.unlink(&ROOT_CRED, n(ROOT), b"h2").unwrap();
+    assert_eq!(
+        fs.link(&ROOT_CRED, n(f), n(ROOT), b"h3").unwrap_err(),
+        Errno::ENOENT
+    );
 }
 
 #[test]
 fn create_open_write_read_release() {
     let fs = fs_with(|_| {});
-    let ctx = Ctx { uid: 0, gid: 0 };
     let (e, fh) = fs
-        .create(n(ROOT), b"new", 0o644, libc::O_RDWR, ctx)
+        .create(&ROOT_CRED, n(ROOT), b"new", 0o644, libc::O_RDWR)
         .unwrap();
     let (id, a) = (e.id, e.attr);
     assert_eq!((a.kind, a.perm, a.size), (FileType::Regular, 0o644, 0));
@@ -266,12 +289,18 @@ fn create_open_write_read_release() {
     fs.release_file(h(fh)).unwrap();
     // O_EXCL on an existing name; without it the file is opened.
     assert_eq!(
-        fs.create(n(ROOT), b"new", 0o644, libc::O_RDWR | libc::O_EXCL, ctx)
-            .unwrap_err(),
+        fs.create(
+            &ROOT_CRED,
+            n(ROOT),
+            b"new",
+            0o644,
+            libc::O_RDWR | libc::O_EXCL
+        )
+        .unwrap_err(),
         Errno::EEXIST
     );
     let (e2, fh) = fs
-        .create(n(ROOT), b"new", 0o600, libc::O_RDONLY, ctx)
+        .create(&ROOT_CRED, n(ROOT), b"new", 0o600, libc::O_RDONLY)
         .unwrap();
     assert_eq!(e2.id, id);
     assert_eq!(fs.write(h(fh), 0, b"x").unwrap_err(), Errno::EBADF);
@@ -299,7 +328,7 @@ fn lookups_race_forgets_and_unlinks() {
         lookers.push(std::thread::spawn(move || {
             let mut found = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match fs.lookup(n(ROOT), b"f") {
+                match fs.lookup(&ROOT_CRED, n(ROOT), b"f") {
                     Ok(Some(e)) => {
                         let id = e.id;
                         assert_eq!(e.attr.kind, FileType::Regular);
@@ -330,14 +359,13 @@ fn lookups_race_forgets_and_unlinks() {
     let churn = {
         let (fs, stop) = (fs.clone(), stop.clone());
         std::thread::spawn(move || {
-            let ctx = Ctx { uid: 0, gid: 0 };
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match fs.unlink(n(ROOT), b"f") {
+                match fs.unlink(&ROOT_CRED, n(ROOT), b"f") {
                     Ok(()) | Err(Errno::ENOENT) => {}
                     Err(e) => panic!("unlink: {e:?}"),
                 }
-                match fs.mknod(n(ROOT), b"f", libc::S_IFREG | 0o644, 0, ctx) {
+                match fs.mknod(&ROOT_CRED, n(ROOT), b"f", libc::S_IFREG | 0o644, 0) {
                     Ok(e) => fs.forget(n(e.id), 1),
                     Err(Errno::EEXIST) => {}
                     Err(e) => panic!("mknod: {e:?}"),
@@ -373,10 +401,9 @@ fn hard_links_are_one_node_numbered_by_the_backend() {
         m.mkdir_p("d", 0o755).unwrap();
         m.write_file("a", b"abc").unwrap();
     });
-    let ctx = Ctx { uid: 0, gid: 0 };
     let a = lookup(&fs, ROOT, "a");
     let d = lookup(&fs, ROOT, "d");
-    let l = fs.link(n(a), n(d), b"b").unwrap();
+    let l = fs.link(&ROOT_CRED, n(a), n(d), b"b").unwrap();
     assert_eq!(l.id, a);
     assert_eq!(lookup(&fs, d, "b"), a);
     let backend = fs.vfs().backend().lookup(1, b"a").unwrap().unwrap().ino;
@@ -401,13 +428,13 @@ fn hard_links_are_one_node_numbered_by_the_backend() {
         perm: Some(0o201),
         ..Default::default()
     };
-    fs.setattr(n(a), &set, ctx).unwrap();
-    let b = fs.lookup(n(d), b"b").unwrap().unwrap();
+    fs.setattr(&ROOT_CRED, n(a), &set, false).unwrap();
+    let b = fs.lookup(&ROOT_CRED, n(d), b"b").unwrap().unwrap();
     assert_eq!((b.id, b.attr.perm, b.attr.nlink), (a, 0o201, 2));
     // The name the node came through goes; the node still is the file.
-    fs.unlink(n(ROOT), b"a").unwrap();
+    fs.unlink(&ROOT_CRED, n(ROOT), b"a").unwrap();
     assert_eq!(fs.getattr(n(a)).unwrap().nlink, 1);
-    let l2 = fs.link(n(a), n(ROOT), b"again").unwrap();
+    let l2 = fs.link(&ROOT_CRED, n(a), n(ROOT), b"again").unwrap();
     assert_eq!((l2.id, l2.attr.nlink), (a, 2));
     fs.forget(n(a), 5);
     fs.forget(n(d), 1);
@@ -426,7 +453,10 @@ fn unknown_node_ids_are_refused() {
     });
     for id in [0, 2, 12345, u64::MAX] {
         assert_eq!(fs.getattr(n(id)).unwrap_err(), Errno::ESTALE);
-        assert_eq!(fs.lookup(n(id), b"f").unwrap_err(), Errno::ESTALE);
+        assert_eq!(
+            fs.lookup(&ROOT_CRED, n(id), b"f").unwrap_err(),
+            Errno::ESTALE
+        );
         fs.forget(n(id), 1);
     }
     assert_eq!(fs.stats().report().bad_forgets, 4);

@@ -48,22 +48,7 @@ pub fn check(a: &Attr, who: &Caller<'_>, mask: i32) -> Result<()> {
 /// The supplementary groups of process `pid`, from `/proc/PID/status`
 /// (empty if it is gone or unreadable).
 pub fn proc_groups(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| parse_groups(&s))
-        .unwrap_or_default()
-}
-
-/// The `Groups:` line of a `/proc/PID/status` text.
-fn parse_groups(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::cred::task_groups(pid)
 }
 
 #[cfg(test)]
@@ -146,8 +131,8 @@ mod tests {
     #[test]
     fn groups_line() {
         let s = "Name:\tx\nUid:\t0\t0\t0\t0\nGroups:\t4 24 100 \nNgid:\t0\n";
-        assert_eq!(parse_groups(s), vec![4, 24, 100]);
-        assert_eq!(parse_groups("Groups:\n"), Vec::<u32>::new());
+        assert_eq!(crate::cred::parse_groups(s), vec![4, 24, 100]);
+        assert_eq!(crate::cred::parse_groups("Groups:\n"), Vec::<u32>::new());
         assert!(proc_groups(u32::MAX).is_empty());
     }
 }

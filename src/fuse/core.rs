@@ -9,8 +9,9 @@
 //! [`Entry`] has already counted one kernel lookup of its node: the caller
 //! must deliver it in a reply (or forget it).
 
+use crate::cred::Cred;
 use crate::errno::{Errno, Result};
-use crate::fs::{Attr, Ctx, FileType, RenameFlags, SetAttr, StatFs};
+use crate::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
 use crate::sync::Arc;
 use crate::vfs::At;
 use crate::{DentryRef, OpenFile, Vfs};
@@ -109,18 +110,21 @@ impl FuseCore {
     /// revalidation LOOKUPs that timeouts of 0 cause on every path walk) is
     /// answered from the rcu-walk without taking a reference or a lock
     /// ([`Nodes::hand_out_held`]). Anything else takes the counted path.
-    pub fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
+    pub fn lookup(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
-        let fast = self.vfs.lookup_rcu_with(At::Dir(p.dentry()), name, |d, a| {
-            self.nodes.hand_out_held(d).map(|id| Entry {
-                id,
-                attr: Attr { ino: id, ..*a },
-            })
-        });
+        let fast = self
+            .vfs
+            .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |d, a| {
+                self.nodes.hand_out_held(d).map(|id| Entry {
+                    id,
+                    attr: Attr { ino: id, ..*a },
+                })
+            });
         let r = match fast {
             Some(r) => r,
             None => self
                 .vfs
+                .as_cred(cred)
                 .lookup(At::Dir(p.dentry()), name, false)
                 .and_then(|d| self.entry(d)),
         };
@@ -139,8 +143,11 @@ impl FuseCore {
         Ok(self.shown(self.vfs.getattr_dentry(&*self.node(id)?)?))
     }
 
-    pub fn setattr(&self, id: NodeId, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
-        Ok(self.shown(self.vfs.setattr_dentry(&*self.node(id)?, set, ctx)?))
+    /// `via_fh`: the request names an open file (ftruncate, futimens), so
+    /// a size change needs no write permission.
+    pub fn setattr(&self, cred: &Cred, id: NodeId, set: &SetAttr, via_fh: bool) -> Result<Attr> {
+        let n = self.node(id)?;
+        Ok(self.shown(self.vfs.setattr_dentry_as(cred, &n, set, via_fh)?))
     }
 
     pub fn readlink(&self, id: NodeId) -> Result<Vec<u8>> {
@@ -149,56 +156,76 @@ impl FuseCore {
 
     pub fn mknod(
         &self,
+        cred: &Cred,
         parent: NodeId,
         name: &[u8],
         mode: u32,
         rdev: u32,
-        ctx: Ctx,
     ) -> Result<Entry> {
         let kind = mknod_kind(mode)?;
         let p = self.node(parent)?;
         let perm = (mode & 0o7777) as u16;
         let d = self
             .vfs
-            .mknod(At::Dir(p.dentry()), name, kind, perm, rdev, ctx)?;
+            .as_cred(cred)
+            .mknod(At::Dir(p.dentry()), name, kind, perm, rdev)?;
         self.entry(d)
     }
 
-    pub fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, ctx: Ctx) -> Result<Entry> {
+    pub fn mkdir(&self, cred: &Cred, parent: NodeId, name: &[u8], mode: u32) -> Result<Entry> {
         let p = self.node(parent)?;
         let d = self
             .vfs
-            .mkdir(At::Dir(p.dentry()), name, (mode & 0o7777) as u16, ctx)?;
+            .as_cred(cred)
+            .mkdir(At::Dir(p.dentry()), name, (mode & 0o7777) as u16)?;
         self.entry(d)
     }
 
-    pub fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], ctx: Ctx) -> Result<Entry> {
+    pub fn symlink(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry> {
         let p = self.node(parent)?;
-        let d = self.vfs.symlink(target, At::Dir(p.dentry()), name, ctx)?;
+        let d = self
+            .vfs
+            .as_cred(cred)
+            .symlink(target, At::Dir(p.dentry()), name)?;
         self.entry(d)
     }
 
     /// `link(id, newparent, newname)`: another name for the node's inode,
     /// whatever names it has now.
-    pub fn link(&self, id: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
+    pub fn link(
+        &self,
+        cred: &Cred,
+        id: NodeId,
+        newparent: NodeId,
+        newname: &[u8],
+    ) -> Result<Entry> {
         let n = self.node(id)?;
         let np = self.node(newparent)?;
-        let d = self.vfs.link_dentry(&n, At::Dir(np.dentry()), newname)?;
+        let d = self
+            .vfs
+            .link_dentry_as(cred, &n, At::Dir(np.dentry()), newname)?;
         self.entry(d)
     }
 
-    pub fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+    pub fn unlink(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
-        self.vfs.unlink(At::Dir(p.dentry()), name)
+        self.vfs.as_cred(cred).unlink(At::Dir(p.dentry()), name)
     }
 
-    pub fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
-        self.vfs.rmdir(At::Dir(p.dentry()), name)
+        self.vfs.as_cred(cred).rmdir(At::Dir(p.dentry()), name)
     }
 
     pub fn rename(
         &self,
+        cred: &Cred,
         parent: NodeId,
         name: &[u8],
         newparent: NodeId,
@@ -208,7 +235,7 @@ impl FuseCore {
         let flags = RenameFlags::from_bits(flags)?;
         let p = self.node(parent)?;
         let np = self.node(newparent)?;
-        self.vfs.rename(
+        self.vfs.as_cred(cred).rename(
             At::Dir(p.dentry()),
             name,
             At::Dir(np.dentry()),
@@ -218,27 +245,42 @@ impl FuseCore {
     }
 
     /// Open node `id`; returns the file handle.
-    pub fn open(&self, id: NodeId, flags: i32) -> Result<Fh> {
+    pub fn open(&self, cred: &Cred, id: NodeId, flags: i32) -> Result<Fh> {
         let n = self.node(id)?;
-        let f = self.vfs.open_dentry(&n, flags)?;
+        let f = self.vfs.open_dentry_as(cred, &n, flags)?;
         Ok(self.handles.insert(f))
+    }
+
+    /// OPENDIR: read permission on the directory (no handle is kept).
+    pub fn opendir(&self, cred: &Cred, id: NodeId, flags: i32) -> Result<()> {
+        let n = self.node(id)?;
+        let i = n.inode().ok_or(Errno::ENOENT)?;
+        if i.kind() != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let f = self
+            .vfs
+            .open_dentry_as(cred, &n, flags & libc::O_ACCMODE | libc::O_DIRECTORY)?;
+        drop(f);
+        Ok(())
     }
 
     /// Create-and-open (`open` with O_CREAT): the entry and the handle. An
     /// existing name is opened unless O_EXCL, as openat(2) does.
     pub fn create(
         &self,
+        cred: &Cred,
         parent: NodeId,
         name: &[u8],
         mode: u32,
         flags: i32,
-        ctx: Ctx,
     ) -> Result<(Entry, Fh)> {
         let p = self.node(parent)?;
         let perm = (mode & 0o7777) as u16;
-        let f = self
-            .vfs
-            .open(At::Dir(p.dentry()), name, flags | libc::O_CREAT, perm, ctx)?;
+        let f =
+            self.vfs
+                .as_cred(cred)
+                .open(At::Dir(p.dentry()), name, flags | libc::O_CREAT, perm)?;
         let entry = self.entry(f.dentry().clone())?;
         Ok((entry, self.handles.insert(f)))
     }

@@ -16,8 +16,8 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 
+use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::fs::Ctx;
 use crate::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
@@ -43,6 +43,9 @@ pub struct FsConfig {
     /// Open files with FOPEN_DIRECT_IO (reads and writes bypass the page
     /// cache: right for generated files whose size is not their length).
     pub direct_io: bool,
+    /// dcache checks permissions itself (`-o no_default_permissions`);
+    /// otherwise the kernel has, and requests carry every capability.
+    pub check_permissions: bool,
     /// Print the unmount report on stderr.
     pub log: bool,
 }
@@ -74,13 +77,6 @@ fn handle(fh: FileHandle) -> Fh {
     // we returned from open or create and that it has not released (its
     // RELEASE comes once, after every other request on the handle).
     unsafe { Fh::from_kernel(fh.0) }
-}
-
-fn ctx(req: &Request) -> Ctx {
-    Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
 }
 
 impl DcacheFs {
@@ -116,6 +112,21 @@ impl DcacheFs {
     /// Where the session's [`Poller`] goes once it is mounted.
     pub fn poll_slot(&self) -> Arc<OnceLock<Arc<Poller>>> {
         self.poll.clone()
+    }
+
+    /// The credential a request acts with: the caller's uid and gid (owner
+    /// and group of what it creates) and its task's groups, read only if a
+    /// check needs them. Checked by dcache only with `no_default_permissions`
+    /// (uid 0 then has the filesystem capabilities, as root has by
+    /// default); otherwise the kernel checked already and the credential
+    /// carries every capability.
+    fn cred(&self, req: &Request) -> Cred {
+        let caps = if !self.cfg.check_permissions || req.uid() == 0 {
+            Caps::ALL
+        } else {
+            Caps::NONE
+        };
+        Cred::of_task(req.uid(), req.gid(), req.pid(), caps)
     }
 
     /// Every request: tell the poller (if any) that work arrived.
@@ -209,7 +220,10 @@ impl Filesystem for DcacheFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.touch();
-        match self.core.lookup(node(parent), name.as_bytes()) {
+        match self
+            .core
+            .lookup(&self.cred(_req), node(parent), name.as_bytes())
+        {
             Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
             Ok(None) if !self.cfg.timeouts.negative.is_zero() => reply.entry_with_ttls(
                 &Duration::ZERO,
@@ -257,7 +271,10 @@ impl Filesystem for DcacheFs {
         // A handle (ftruncate, futimens) names the same node: the change
         // goes to the node either way.
         let set = set_attr(mode, uid, gid, size, atime, mtime);
-        match self.core.setattr(node(ino), &set, ctx(req)) {
+        match self
+            .core
+            .setattr(&self.cred(req), node(ino), &set, _fh.is_some())
+        {
             Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -284,7 +301,7 @@ impl Filesystem for DcacheFs {
         self.touch();
         let r = self
             .core
-            .mknod(node(parent), name.as_bytes(), mode, rdev, ctx(req));
+            .mknod(&self.cred(req), node(parent), name.as_bytes(), mode, rdev);
         self.reply_entry(reply, r);
     }
 
@@ -300,18 +317,26 @@ impl Filesystem for DcacheFs {
         self.touch();
         let r = self
             .core
-            .mkdir(node(parent), name.as_bytes(), mode, ctx(req));
+            .mkdir(&self.cred(req), node(parent), name.as_bytes(), mode);
         self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
-        Self::reply_empty(reply, self.core.unlink(node(parent), name.as_bytes()));
+        Self::reply_empty(
+            reply,
+            self.core
+                .unlink(&self.cred(_req), node(parent), name.as_bytes()),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
-        Self::reply_empty(reply, self.core.rmdir(node(parent), name.as_bytes()));
+        Self::reply_empty(
+            reply,
+            self.core
+                .rmdir(&self.cred(_req), node(parent), name.as_bytes()),
+        );
     }
 
     fn symlink(
@@ -324,10 +349,10 @@ impl Filesystem for DcacheFs {
     ) {
         self.touch();
         let r = self.core.symlink(
+            &self.cred(req),
             node(parent),
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
-            ctx(req),
         );
         self.reply_entry(reply, r);
     }
@@ -344,6 +369,7 @@ impl Filesystem for DcacheFs {
     ) {
         self.touch();
         let r = self.core.rename(
+            &self.cred(_req),
             node(parent),
             name.as_bytes(),
             node(newparent),
@@ -362,15 +388,18 @@ impl Filesystem for DcacheFs {
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self
-            .core
-            .link(node(ino), node(newparent), newname.as_bytes());
+        let r = self.core.link(
+            &self.cred(_req),
+            node(ino),
+            node(newparent),
+            newname.as_bytes(),
+        );
         self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.touch();
-        match self.core.open(node(ino), flags.0) {
+        match self.core.open(&self.cred(_req), node(ino), flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh.raw()), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -450,6 +479,19 @@ impl Filesystem for DcacheFs {
     ) {
         self.touch();
         Self::reply_empty(reply, self.core.fsync(handle(fh), datasync));
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.touch();
+        if !self.cfg.check_permissions {
+            // The kernel checked; nothing to keep per open directory.
+            reply.opened(FileHandle(0), FopenFlags::empty());
+            return;
+        }
+        match self.core.opendir(&self.cred(req), node(ino), flags.0) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn readdir(
@@ -547,7 +589,7 @@ impl Filesystem for DcacheFs {
         self.touch();
         match self
             .core
-            .create(node(parent), name.as_bytes(), mode, flags, ctx(req))
+            .create(&self.cred(req), node(parent), name.as_bytes(), mode, flags)
         {
             // fuser sends one timeout for the name and the attributes.
             Ok((e, fh)) => reply.created(

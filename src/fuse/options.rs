@@ -7,7 +7,7 @@
 //! | `negative_timeout=S` | seconds it caches a missing name (default 0: not at all) |
 //! | `timeout=S` | all three |
 //! | `allow_other`, `allow_root` | who besides the mounting user may enter |
-//! | `default_permissions` / `no_default_permissions` | kernel checks modes (default on: no backend enforces permissions itself) |
+//! | `default_permissions` / `no_default_permissions` | the kernel checks modes (default), or dcache does, for the credential of each request (uid, gid, and the groups of the calling task from /proc) |
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |

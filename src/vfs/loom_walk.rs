@@ -41,8 +41,14 @@ fn builder() -> loom::model::Builder {
 
 /// Walk `path` in rcu mode only.
 fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
-    vfs.try_stat_rcu(At::Root, path.as_bytes(), true, StatMode::RefFree)
-        .map(|r| r.map(|a| a.ino))
+    vfs.try_stat_rcu(
+        At::Root,
+        path.as_bytes(),
+        true,
+        StatMode::RefFree,
+        super::root_cred(),
+    )
+    .map(|r| r.map(|a| a.ino))
 }
 
 /// One walker resolving `path` in rcu mode while another thread runs

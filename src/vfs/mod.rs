@@ -10,6 +10,7 @@
 //! lock; the LRU mutex and the inode-map mutex are leaves. Backend calls are
 //! made with at most `i_rwsem`s held and must not call back into the Vfs.
 
+mod as_cred;
 pub(crate) mod dcache;
 #[cfg(all(test, loom))]
 mod loom_walk;
@@ -22,6 +23,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::cred::Cred;
 use crate::dentry::Dentry;
 use crate::fs::{Attr, FileSystem, FileType, Ino};
 use crate::inode::Inode;
@@ -29,7 +31,16 @@ use crate::rcu::{Rcu, Reclaim};
 use crate::seqcount::SeqCount;
 use crate::table::Table;
 
+pub use as_cred::{AsCred, AT_EACCESS};
 pub use ops::OpenFile;
+
+/// The credential the `Vfs`'s own methods act with (every capability).
+static ROOT_CRED: Cred = Cred::ROOT;
+
+#[inline(always)]
+pub(crate) fn root_cred() -> &'static Cred {
+    &ROOT_CRED
+}
 
 /// Sizing and policy knobs of a `Vfs`.
 #[derive(Clone, Debug)]

@@ -10,11 +10,15 @@
 
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
 use super::walk::check_path;
-use super::{At, DentryRef, Super, Vfs};
+use super::{root_cred, At, DentryRef, Super, Vfs};
+use crate::cred::{Caps, Cred};
 use crate::dentry::{name_hash, Dentry, ExtName, D_HASHED};
 use crate::errno::{Errno, Result};
-use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr, StatFs, NAME_MAX};
+use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr, SetTime, StatFs, NAME_MAX};
 use crate::inode::Inode;
+use crate::permission::{
+    self, generic_permission, may_create, may_delete, may_search, open_mask, MAY_READ, MAY_WRITE,
+};
 use crate::sync::Ordering;
 
 /// An open file: a counted reference to its dentry plus the backend handle.
@@ -25,6 +29,8 @@ pub struct OpenFile<'v> {
     ino: u64,
     fh: u64,
     flags: i32,
+    /// Opened by a caller without CAP_FSETID: a write drops set-id bits.
+    kill_priv: bool,
 }
 
 impl<'v> OpenFile<'v> {
@@ -55,6 +61,9 @@ impl<'v> OpenFile<'v> {
         let n = self.vfs.sb().fs.write(self.ino, self.fh, offset, data)?;
         if let Some(i) = self.dentry().inode() {
             self.vfs.refresh(i);
+            if self.kill_priv {
+                self.vfs.kill_priv(i);
+            }
         }
         Ok(n)
     }
@@ -113,8 +122,11 @@ fn is_dot_or_dotdot(name: &[u8]) -> bool {
 impl Vfs {
     /// Resolve all but the last component: (parent directory, last name,
     /// trailing slash). The name is empty when the path names the root.
+    /// Search permission is checked on every directory walked, the parent
+    /// included (it is searched for the last name).
     fn walk_parent<'v, 'p>(
         &'v self,
+        cred: &Cred,
         at: At<'_>,
         path: &'p [u8],
     ) -> Result<(DentryRef<'v>, &'p [u8], bool)> {
@@ -132,12 +144,34 @@ impl Vfs {
                 }
             }
         } else {
-            self.walk_ref(at, parent_path, true, false)?
+            self.walk_ref(at, parent_path, true, false, cred)?
         };
-        match parent.kind() {
-            Some(FileType::Directory) => Ok((parent, name, trailing)),
+        match parent.inode() {
+            Some(i) if i.kind == FileType::Directory => {
+                if !name.is_empty() {
+                    may_search(cred, i.perm())?;
+                }
+                Ok((parent, name, trailing))
+            }
             Some(_) => Err(Errno::ENOTDIR),
             None => Err(Errno::ENOENT),
+        }
+    }
+
+    /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID
+    /// where group-executable (`file_remove_privs`).
+    fn kill_priv(&self, inode: &Inode) {
+        let Some(perm) = permission::mode_after_chown(inode.perm()) else {
+            return;
+        };
+        let set = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        if let Ok(a) = self.sb().fs.setattr(inode.ino, &set, Ctx::ROOT) {
+            if a.kind == inode.kind {
+                inode.set_attr(&a);
+            }
         }
     }
 
@@ -153,14 +187,20 @@ impl Vfs {
     /// The common shape of create/mkdir/mknod/symlink: lock the parent,
     /// look the name up, refuse if it exists, let `make` create it in the
     /// backend, and instantiate the dentry.
+    ///
+    /// Permissions, in Linux's order: search on every directory walked
+    /// (EACCES), the name must not exist (EEXIST), `pre` (link's own
+    /// checks), then write and search on the parent (EACCES).
     fn create_common<'v>(
         &'v self,
+        cred: &Cred,
         at: At<'_>,
         path: &[u8],
         dir_ok: bool,
+        pre: impl FnOnce() -> Result<()>,
         make: impl FnOnce(u64, &[u8]) -> Result<Attr>,
     ) -> Result<DentryRef<'v>> {
-        let (parent, name, trailing) = self.walk_parent(at, path)?;
+        let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if name.is_empty() || is_dot_or_dotdot(name) {
             return Err(Errno::EEXIST);
         }
@@ -173,6 +213,8 @@ impl Vfs {
         if trailing && !dir_ok {
             return Err(Errno::ENOENT);
         }
+        pre()?;
+        may_create(cred, dir.perm())?;
         let attr = make(dir.ino, name)?;
         d_instantiate(self.sb(), d.dentry(), &attr);
         self.refresh(dir);
@@ -187,12 +229,28 @@ impl Vfs {
         perm: u16,
         ctx: Ctx,
     ) -> Result<DentryRef<'_>> {
+        self.create_as(root_cred(), at, path.as_ref(), perm, ctx)
+    }
+
+    pub(crate) fn create_as<'v>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        perm: u16,
+        ctx: Ctx,
+    ) -> Result<DentryRef<'v>> {
         let fs = &self.sb().fs;
-        self.create_common(at, path.as_ref(), false, |dir, name| {
-            fs.create(dir, name, perm, ctx)
-        })
+        self.create_common(
+            cred,
+            at,
+            path,
+            false,
+            || Ok(()),
+            |dir, name| fs.create(dir, name, perm, ctx),
+        )
         .map_err(|e| {
-            if e == Errno::ENOENT && path.as_ref().ends_with(b"/") {
+            if e == Errno::ENOENT && path.ends_with(b"/") {
                 Errno::EISDIR
             } else {
                 e
@@ -200,6 +258,7 @@ impl Vfs {
         })
     }
 
+    /// Make a directory; EEXIST if the name exists.
     pub fn mkdir(
         &self,
         at: At<'_>,
@@ -207,12 +266,29 @@ impl Vfs {
         perm: u16,
         ctx: Ctx,
     ) -> Result<DentryRef<'_>> {
-        let fs = &self.sb().fs;
-        self.create_common(at, path.as_ref(), true, |dir, name| {
-            fs.mkdir(dir, name, perm, ctx)
-        })
+        self.mkdir_as(root_cred(), at, path.as_ref(), perm, ctx)
     }
 
+    pub(crate) fn mkdir_as<'v>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        perm: u16,
+        ctx: Ctx,
+    ) -> Result<DentryRef<'v>> {
+        let fs = &self.sb().fs;
+        self.create_common(
+            cred,
+            at,
+            path,
+            true,
+            || Ok(()),
+            |dir, name| fs.mkdir(dir, name, perm, ctx),
+        )
+    }
+
+    /// Make a special file (or a regular one, as `mknod(2)` with S_IFREG).
     pub fn mknod(
         &self,
         at: At<'_>,
@@ -222,16 +298,37 @@ impl Vfs {
         rdev: u32,
         ctx: Ctx,
     ) -> Result<DentryRef<'_>> {
+        self.mknod_as(root_cred(), at, path.as_ref(), kind, perm, rdev, ctx)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mknod_as<'v>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+        ctx: Ctx,
+    ) -> Result<DentryRef<'v>> {
         let fs = &self.sb().fs;
-        self.create_common(at, path.as_ref(), false, |dir, name| {
-            if kind == FileType::Regular {
-                fs.create(dir, name, perm, ctx)
-            } else if kind == FileType::Directory || kind == FileType::Symlink {
-                Err(Errno::EINVAL)
-            } else {
-                fs.mknod(dir, name, kind, perm, rdev, ctx)
-            }
-        })
+        self.create_common(
+            cred,
+            at,
+            path,
+            false,
+            || Ok(()),
+            |dir, name| {
+                if kind == FileType::Regular {
+                    fs.create(dir, name, perm, ctx)
+                } else if kind == FileType::Directory || kind == FileType::Symlink {
+                    Err(Errno::EINVAL)
+                } else {
+                    fs.mknod(dir, name, kind, perm, rdev, ctx)
+                }
+            },
+        )
     }
 
     /// Make `path` a symlink to `target`.
@@ -242,12 +339,27 @@ impl Vfs {
         path: impl AsRef<[u8]>,
         ctx: Ctx,
     ) -> Result<DentryRef<'_>> {
-        let target = target.as_ref();
+        self.symlink_as(root_cred(), target.as_ref(), at, path.as_ref(), ctx)
+    }
+
+    pub(crate) fn symlink_as<'v>(
+        &'v self,
+        cred: &Cred,
+        target: &[u8],
+        at: At<'_>,
+        path: &[u8],
+        ctx: Ctx,
+    ) -> Result<DentryRef<'v>> {
         check_path(target)?;
         let fs = &self.sb().fs;
-        let d = self.create_common(at, path.as_ref(), false, |dir, name| {
-            fs.symlink(dir, name, target, ctx)
-        })?;
+        let d = self.create_common(
+            cred,
+            at,
+            path,
+            false,
+            || Ok(()),
+            |dir, name| fs.symlink(dir, name, target, ctx),
+        )?;
         if let Some(i) = d.inode() {
             i.cache_link(target);
         }
@@ -256,7 +368,11 @@ impl Vfs {
 
     /// Read a symlink (the last component is not followed).
     pub fn readlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        let d = self.lookup(at, path, false)?;
+        self.readlink_as(root_cred(), at, path.as_ref())
+    }
+
+    pub(crate) fn readlink_as(&self, cred: &Cred, at: At<'_>, path: &[u8]) -> Result<Vec<u8>> {
+        let d = self.lookup_as(cred, at, path, false)?;
         self.readlink_dentry(&d)
     }
 
@@ -277,8 +393,25 @@ impl Vfs {
         new_at: At<'_>,
         new_path: impl AsRef<[u8]>,
     ) -> Result<DentryRef<'_>> {
-        let old = self.lookup(old_at, old_path, false)?;
-        self.link_dentry(&old, new_at, new_path)
+        self.link_as(
+            root_cred(),
+            old_at,
+            old_path.as_ref(),
+            new_at,
+            new_path.as_ref(),
+        )
+    }
+
+    pub(crate) fn link_as<'v>(
+        &'v self,
+        cred: &Cred,
+        old_at: At<'_>,
+        old_path: &[u8],
+        new_at: At<'_>,
+        new_path: &[u8],
+    ) -> Result<DentryRef<'v>> {
+        let old = self.lookup_as(cred, old_at, old_path, false)?;
+        self.link_dentry_as(cred, &old, new_at, new_path)
     }
 
     /// Make `new_path` another name for the inode of `old`, a dentry the
@@ -291,27 +424,60 @@ impl Vfs {
         new_at: At<'_>,
         new_path: impl AsRef<[u8]>,
     ) -> Result<DentryRef<'v>> {
+        self.link_dentry_as(root_cred(), old, new_at, new_path.as_ref())
+    }
+
+    /// With Linux's `fs.protected_hardlinks` (on by default): only the
+    /// owner, CAP_FOWNER, or a caller who may read and write a regular file
+    /// that is not set-user-ID (nor set-group-ID and group-executable) may
+    /// link to it (EPERM).
+    pub(crate) fn link_dentry_as<'v>(
+        &'v self,
+        cred: &Cred,
+        old: &DentryRef<'_>,
+        new_at: At<'_>,
+        new_path: &[u8],
+    ) -> Result<DentryRef<'v>> {
         let inode = old.inode().ok_or(Errno::ENOENT)?;
-        if inode.kind == FileType::Directory {
-            return Err(Errno::EPERM);
-        }
         let fs = &self.sb().fs;
         let ino = inode.ino;
-        self.create_common(new_at, new_path.as_ref(), false, |dir, name| {
+        let kind = inode.kind;
+        let pre = || {
+            let p = inode.perm();
+            if !permission::may_hardlink(cred, p, kind == FileType::Regular) {
+                return Err(Errno::EPERM);
+            }
+            Ok(())
+        };
+        self.create_common(cred, new_at, new_path, false, pre, |dir, name| {
+            if kind == FileType::Directory {
+                return Err(Errno::EPERM);
+            }
             fs.link(ino, dir, name)
         })
     }
 
+    /// Remove a name that is not a directory.
     pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
-        self.remove_common(at, path.as_ref(), false)
+        self.remove_common(root_cred(), at, path.as_ref(), false)
     }
 
+    /// Remove an empty directory.
     pub fn rmdir(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
-        self.remove_common(at, path.as_ref(), true)
+        self.remove_common(root_cred(), at, path.as_ref(), true)
     }
 
-    fn remove_common(&self, at: At<'_>, path: &[u8], dir_op: bool) -> Result<()> {
-        let (parent, name, trailing) = self.walk_parent(at, path)?;
+    /// unlink/rmdir on behalf of `cred`: after the name is found, write and
+    /// search on the directory (EACCES) and the sticky bit (EPERM), before
+    /// the type checks, as Linux's `may_delete`.
+    pub(crate) fn remove_common(
+        &self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        dir_op: bool,
+    ) -> Result<()> {
+        let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if name.is_empty() {
             return Err(if dir_op { Errno::EBUSY } else { Errno::EISDIR });
         }
@@ -330,6 +496,7 @@ impl Vfs {
         let _w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
         let d = self.lookup_one(&parent, name, true)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
+        may_delete(cred, dir.perm(), inode.perm().uid)?;
         let is_dir = inode.kind == FileType::Directory;
         if dir_op {
             if !is_dir {
@@ -361,11 +528,33 @@ impl Vfs {
         new_path: impl AsRef<[u8]>,
         flags: RenameFlags,
     ) -> Result<()> {
+        self.rename_as(
+            root_cred(),
+            old_at,
+            old_path.as_ref(),
+            new_at,
+            new_path.as_ref(),
+            flags,
+        )
+    }
+
+    /// `renameat2` on behalf of `cred`: `may_delete` on the old name, then
+    /// `may_delete` on the new one or `may_create` in its directory, then
+    /// write permission on a directory that changes parent (its `..`).
+    pub(crate) fn rename_as(
+        &self,
+        cred: &Cred,
+        old_at: At<'_>,
+        old_path: &[u8],
+        new_at: At<'_>,
+        new_path: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return Err(Errno::EINVAL);
         }
-        let (op, oname, otrail) = self.walk_parent(old_at, old_path.as_ref())?;
-        let (np, nname, ntrail) = self.walk_parent(new_at, new_path.as_ref())?;
+        let (op, oname, otrail) = self.walk_parent(cred, old_at, old_path)?;
+        let (np, nname, ntrail) = self.walk_parent(cred, new_at, new_path)?;
         if oname.is_empty()
             || nname.is_empty()
             || is_dot_or_dotdot(oname)
@@ -405,6 +594,21 @@ impl Vfs {
             if std::ptr::eq(ni, oinode) {
                 // Two names of one file: POSIX says do nothing.
                 return Ok(());
+            }
+        }
+        may_delete(cred, odir.perm(), oinode.perm().uid)?;
+        match nd.inode() {
+            Some(ni) => may_delete(cred, ndir.perm(), ni.perm().uid)?,
+            None => may_create(cred, ndir.perm())?,
+        }
+        if !same_dir {
+            if oinode.kind == FileType::Directory {
+                generic_permission(cred, oinode.perm(), MAY_WRITE)?;
+            }
+            if let Some(ni) = nd.inode() {
+                if flags.exchange && ni.kind == FileType::Directory {
+                    generic_permission(cred, ni.perm(), MAY_WRITE)?;
+                }
             }
         }
         sb.fs.rename(odir.ino, oname, ndir.ino, nname, flags)?;
@@ -527,7 +731,25 @@ impl Vfs {
         offset: u64,
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> Result<()> {
-        let d = self.lookup(at, path, true)?;
+        self.readdir_as(root_cred(), at, path.as_ref(), offset, emit)
+    }
+
+    /// readdir on behalf of `cred`: read permission on the directory (as
+    /// `opendir` checks it).
+    pub(crate) fn readdir_as(
+        &self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        offset: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let d = self.lookup_as(cred, at, path, true)?;
+        let i = d.inode().ok_or(Errno::ENOENT)?;
+        if i.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        generic_permission(cred, i.perm(), MAY_READ)?;
         self.readdir_dentry(&d, offset, emit)
     }
 
@@ -554,6 +776,62 @@ impl Vfs {
     ) -> Result<Attr> {
         let d = self.lookup(at, path, true)?;
         self.setattr_dentry(&d, set, ctx)
+    }
+
+    /// Change attributes on behalf of `cred`, with Linux's rules (see
+    /// [`Vfs::setattr_dentry_as`]).
+    pub(crate) fn setattr_as(
+        &self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        set: &SetAttr,
+    ) -> Result<Attr> {
+        let d = self.lookup_as(cred, at, path, true)?;
+        self.setattr_dentry_as(cred, &d, set, false)
+    }
+
+    /// `setattr_prepare`'s rules: a size change needs write permission
+    /// (EACCES) unless made through a descriptor open for writing
+    /// (`via_writable_fd`); chown needs CAP_CHOWN, chgrp ownership and
+    /// membership of the new group or CAP_CHOWN (EPERM); chmod ownership
+    /// or CAP_FOWNER (EPERM), and S_ISGID is dropped for a caller outside
+    /// the file's group without CAP_FSETID; explicit times need ownership
+    /// (EPERM), times set to now ownership or write permission (EACCES).
+    pub fn setattr_dentry_as(
+        &self,
+        cred: &Cred,
+        d: &DentryRef<'_>,
+        set: &SetAttr,
+        via_writable_fd: bool,
+    ) -> Result<Attr> {
+        let i = d.inode().ok_or(Errno::ENOENT)?;
+        let p = i.perm();
+        let mut set = *set;
+        if set.size.is_some() && !via_writable_fd {
+            if i.kind == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+            generic_permission(cred, p, MAY_WRITE)?;
+        }
+        permission::chown(cred, p, set.uid, set.gid)?;
+        if let Some(perm) = set.perm {
+            set.perm = Some(permission::chmod(cred, p, perm)?);
+        }
+        let explicit =
+            matches!(set.atime, Some(SetTime::At(_))) || matches!(set.mtime, Some(SetTime::At(_)));
+        if set.atime.is_some() || set.mtime.is_some() {
+            permission::utimes(cred, p, explicit)?;
+        }
+        if set.size.is_some() && set.perm.is_none() {
+            // A truncate by a caller without CAP_FSETID drops set-id bits.
+            set.perm = permission::mode_after_write(cred, p);
+        }
+        let ctx = Ctx {
+            uid: cred.fsuid,
+            gid: cred.fsgid,
+        };
+        self.setattr_dentry(d, &set, ctx)
     }
 
     pub fn setattr_dentry(&self, d: &DentryRef<'_>, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
@@ -593,26 +871,48 @@ impl Vfs {
         perm: u16,
         ctx: Ctx,
     ) -> Result<OpenFile<'_>> {
-        let path = path.as_ref();
-        let nofollow = flags & libc::O_NOFOLLOW != 0;
-        let d = if flags & libc::O_CREAT != 0 {
-            self.open_create(at, path, flags, perm, ctx)?
-        } else {
-            check_path(path)?;
-            self.lookup(at, path, !nofollow)?
-        };
-        self.open_dentry(&d, flags & !(libc::O_CREAT | libc::O_EXCL))
+        self.open_as(root_cred(), at, path.as_ref(), flags, perm, ctx)
     }
 
-    fn open_create<'v>(
+    /// `openat(2)` on behalf of `cred`: search on the way, write and search
+    /// on the directory to create a name, and read/write permission on an
+    /// existing file by access mode and O_TRUNC (a file this call created
+    /// is opened without a check, as Linux does).
+    pub(crate) fn open_as<'v>(
         &'v self,
+        cred: &Cred,
         at: At<'_>,
         path: &[u8],
         flags: i32,
         perm: u16,
         ctx: Ctx,
-    ) -> Result<DentryRef<'v>> {
-        let (parent, name, trailing) = self.walk_parent(at, path)?;
+    ) -> Result<OpenFile<'v>> {
+        let nofollow = flags & libc::O_NOFOLLOW != 0;
+        let (d, created) = if flags & libc::O_CREAT != 0 {
+            self.open_create(cred, at, path, flags, perm, ctx)?
+        } else {
+            check_path(path)?;
+            (self.lookup_as(cred, at, path, !nofollow)?, false)
+        };
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL);
+        if created {
+            self.open_dentry(&d, flags & !libc::O_TRUNC)
+        } else {
+            self.open_dentry_as(cred, &d, flags)
+        }
+    }
+
+    /// The dentry to open and whether this call created it.
+    fn open_create<'v>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        flags: i32,
+        perm: u16,
+        ctx: Ctx,
+    ) -> Result<(DentryRef<'v>, bool)> {
+        let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if trailing || name.is_empty() || is_dot_or_dotdot(name) {
             return Err(Errno::EISDIR);
         }
@@ -620,10 +920,11 @@ impl Vfs {
         let w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
         let d = self.lookup_one(&parent, name, true)?;
         if d.is_negative() {
+            may_create(cred, dir.perm())?;
             let attr = self.sb().fs.create(dir.ino, name, perm, ctx)?;
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
-            return Ok(d);
+            return Ok((d, true));
         }
         if flags & libc::O_EXCL != 0 {
             return Err(Errno::EEXIST);
@@ -634,9 +935,37 @@ impl Vfs {
             }
             drop(w);
             drop(d);
-            return self.lookup(At::Dir(parent.dentry()), name, true);
+            return Ok((
+                self.lookup_as(cred, At::Dir(parent.dentry()), name, true)?,
+                false,
+            ));
         }
-        Ok(d)
+        Ok((d, false))
+    }
+
+    /// Open a dentry the caller holds on behalf of `cred` (Linux's
+    /// `may_open`: the type checks, then read/write permission).
+    pub fn open_dentry_as<'v>(
+        &'v self,
+        cred: &Cred,
+        d: &DentryRef<'v>,
+        flags: i32,
+    ) -> Result<OpenFile<'v>> {
+        let i = d.inode().ok_or(Errno::ENOENT)?;
+        let acc = flags & libc::O_ACCMODE;
+        match i.kind {
+            FileType::Symlink if flags & libc::O_PATH == 0 => return Err(Errno::ELOOP),
+            FileType::Directory if acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0 => {
+                return Err(Errno::EISDIR)
+            }
+            _ => {}
+        }
+        if flags & libc::O_PATH == 0 {
+            generic_permission(cred, i.perm(), open_mask(flags))?;
+        }
+        let mut f = self.open_dentry(d, flags)?;
+        f.kill_priv = !cred.has(Caps::FSETID);
+        Ok(f)
     }
 
     /// Open a dentry the caller holds (FUSE open by node id).
@@ -665,6 +994,7 @@ impl Vfs {
             ino: i.ino,
             fh,
             flags,
+            kill_priv: false,
         })
     }
 }

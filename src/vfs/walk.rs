@@ -23,11 +23,13 @@ use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
 use super::dcache::{d_alloc_hashed, d_drop, dput};
-use super::{At, DentryRef, StatMode, Super, Vfs};
+use super::{root_cred, At, DentryRef, StatMode, Super, Vfs};
+use crate::cred::Cred;
 use crate::dentry::{hash_finish, hash_word, load_partial, name_hash, Dentry, D_HASHED, HASH_INIT};
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, FileType, Validity, NAME_MAX, PATH_MAX};
 use crate::inode::Inode;
+use crate::permission::{generic_permission, may_search, search_for_all, MAY_EXEC};
 use crate::rcu::RcuGuard;
 use crate::table::RcuHit;
 
@@ -403,7 +405,9 @@ fn inode_of<'g>(d: &Dentry) -> Option<&'g Inode> {
 
 /// Where an rcu-walk stands, carried from the fast component source to the
 /// general one when a symlink must be followed.
-struct RcuState {
+struct RcuState<'c> {
+    /// Who walks: search permission is checked for it on every directory.
+    cred: &'c Cred,
     cur: *mut Dentry,
     cur_seq: u32,
     /// A `..` was taken: the global rename sequence must be unchanged at the end.
@@ -610,6 +614,7 @@ impl Vfs {
         path: &[u8],
         follow_last: bool,
         allow_negative: bool,
+        cred: &Cred,
     ) -> RcuWalk {
         let sb = self.sb();
         let rename_seq = sb.rename_seq.raw_begin();
@@ -626,6 +631,7 @@ impl Vfs {
             return RcuWalk::Fallback;
         }
         let mut st = RcuState {
+            cred,
             cur,
             cur_seq,
             dotdot: false,
@@ -647,7 +653,7 @@ impl Vfs {
     /// The rest of an rcu-walk once a symlink must be followed: `target`
     /// first, then `rest` of the path.
     #[cold]
-    fn walk_rcu_links(&self, st: &mut RcuState, target: &[u8], rest: &[u8]) -> RcuWalk {
+    fn walk_rcu_links(&self, st: &mut RcuState<'_>, target: &[u8], rest: &[u8]) -> RcuWalk {
         let mut comps = Components::new(rest);
         if let Err(e) = comps.push_link_borrowed(target) {
             return RcuWalk::Err(e);
@@ -658,7 +664,7 @@ impl Vfs {
     /// rcu-walk with the general iterator (long paths, symlinks).
     #[cold]
     #[inline(never)]
-    fn walk_rcu_general(&self, st: &mut RcuState, mut comps: Components<'_>) -> RcuWalk {
+    fn walk_rcu_general(&self, st: &mut RcuState<'_>, mut comps: Components<'_>) -> RcuWalk {
         match self.rcu_loop(st, &mut comps) {
             Ok(r) => r,
             // Components follows links itself; this cannot happen.
@@ -671,7 +677,7 @@ impl Vfs {
     #[inline(always)]
     fn rcu_loop<'t, S: CompSource>(
         &self,
-        st: &mut RcuState,
+        st: &mut RcuState<'_>,
         src: &mut S,
     ) -> std::result::Result<RcuWalk, &'t [u8]> {
         let sb = self.sb();
@@ -740,10 +746,20 @@ impl Vfs {
     /// where the walk goes next. Nothing is trusted until the parent's
     /// `d_seq` is seen unchanged after the child was found.
     #[inline(always)]
-    fn rcu_step<'t>(&self, sb: &Super, st: &RcuState, c: &Comp<'_>) -> Step<'t> {
+    fn rcu_step<'t>(&self, sb: &Super, st: &RcuState<'_>, c: &Comp<'_>) -> Step<'t> {
         let cur = st.cur;
         // SAFETY: st.cur was reached inside the read section.
         let cd = unsafe { &*cur };
+        // may_lookup: search permission on the directory we stand in. A
+        // directory everyone may search costs one test of a word on the
+        // inode's first line, which `is_dir` just read.
+        if let Some(dir) = inode_of(cd) {
+            if !search_for_all(dir.mode()) {
+                if let Some(e) = self.rcu_search_denied(st, cd, dir) {
+                    return Step::End(e);
+                }
+            }
+        }
         let name = c.name;
         if name.len() > NAME_MAX {
             return Step::End(validated(cd, st.cur_seq, Errno::ENAMETOOLONG));
@@ -798,6 +814,20 @@ impl Vfs {
         }
     }
 
+    /// The full search check in rcu-walk: `Some` ends the walk (EACCES, or
+    /// a fallback when a writer interfered).
+    #[cold]
+    #[inline(never)]
+    fn rcu_search_denied(&self, st: &RcuState<'_>, cd: &Dentry, dir: &Inode) -> Option<RcuWalk> {
+        let Some(p) = dir.try_perm() else {
+            return Some(RcuWalk::Fallback);
+        };
+        match generic_permission(st.cred, p, MAY_EXEC) {
+            Ok(()) => None,
+            Err(e) => Some(validated(cd, st.cur_seq, e)),
+        }
+    }
+
     /// Ask a revalidating backend, without blocking, whether `dd` (found
     /// under `cd`) still holds.
     #[cold]
@@ -822,6 +852,7 @@ impl Vfs {
         path: &[u8],
         follow_last: bool,
         allow_negative: bool,
+        cred: &Cred,
     ) -> Result<DentryRef<'v>> {
         let sb = self.sb();
         sb.counters
@@ -843,6 +874,7 @@ impl Vfs {
             if dir.kind != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
+            may_search(cred, dir.perm())?;
             if name.len() > NAME_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
@@ -1015,20 +1047,39 @@ impl Vfs {
 
     /// `stat` with the choice of how the last component is handled.
     #[inline]
-    pub fn stat_with(&self, at: At<'_>, path: &[u8], follow: bool, mode: StatMode) -> Result<Attr> {
+    pub fn stat_with(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        mode: StatMode,
+    ) -> Result<Attr> {
+        self.stat_as(root_cred(), at, path.as_ref(), follow, mode)
+    }
+
+    /// `stat` on behalf of `cred`.
+    #[inline]
+    pub(crate) fn stat_as(
+        &self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+        mode: StatMode,
+    ) -> Result<Attr> {
         check_path(path)?;
-        match self.try_stat_rcu(at, path, follow, mode) {
+        match self.try_stat_rcu(at, path, follow, mode, cred) {
             Some(r) => r,
-            None => self.stat_ref(at, path, follow),
+            None => self.stat_ref(at, path, follow, cred),
         }
     }
 
     /// `stat` by ref-walk, once rcu-walk gave up.
     #[cold]
     #[inline(never)]
-    fn stat_ref(&self, at: At<'_>, path: &[u8], follow: bool) -> Result<Attr> {
+    fn stat_ref(&self, at: At<'_>, path: &[u8], follow: bool, cred: &Cred) -> Result<Attr> {
         let sb = self.sb();
-        let d = self.walk_ref(at, path, follow, false)?;
+        let d = self.walk_ref(at, path, follow, false, cred)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         let a = inode.attr();
         if sb.revalidate {
@@ -1046,10 +1097,11 @@ impl Vfs {
         path: &[u8],
         follow: bool,
         mode: StatMode,
+        cred: &Cred,
     ) -> Option<Result<Attr>> {
         let sb = self.sb();
         let g = sb.rcu.read_lock();
-        match self.walk_rcu(&g, at, path, follow, false) {
+        match self.walk_rcu(&g, at, path, follow, false, cred) {
             RcuWalk::Err(e) => return Some(Err(e)),
             RcuWalk::Fallback => {}
             RcuWalk::Done(d, seq) => {
@@ -1110,12 +1162,22 @@ impl Vfs {
         path: impl AsRef<[u8]>,
         follow: bool,
     ) -> Result<DentryRef<'_>> {
-        let path = path.as_ref();
+        self.lookup_as(root_cred(), at, path.as_ref(), follow)
+    }
+
+    /// [`Vfs::lookup`] on behalf of `cred`.
+    pub(crate) fn lookup_as(
+        &self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<DentryRef<'_>> {
         check_path(path)?;
         let sb = self.sb();
         {
             let g = sb.rcu.read_lock();
-            match self.walk_rcu(&g, at, path, follow, false) {
+            match self.walk_rcu(&g, at, path, follow, false, cred) {
                 RcuWalk::Err(e) => return Err(e),
                 RcuWalk::Fallback => {}
                 RcuWalk::Done(d, seq) => {
@@ -1130,7 +1192,7 @@ impl Vfs {
                 }
             }
         }
-        self.walk_ref(at, path, follow, false)
+        self.walk_ref(at, path, follow, false, cred)
     }
 
     /// [`Vfs::lookup`] without a reference, for callers that can pin the
@@ -1148,6 +1210,7 @@ impl Vfs {
     #[inline]
     pub fn lookup_rcu_with<R>(
         &self,
+        cred: &Cred,
         at: At<'_>,
         path: &[u8],
         claim: impl FnOnce(&Dentry, &Attr) -> Option<R>,
@@ -1162,7 +1225,7 @@ impl Vfs {
             return None;
         }
         let g = sb.rcu.read_lock();
-        match self.walk_rcu(&g, at, path, false, false) {
+        match self.walk_rcu(&g, at, path, false, false, cred) {
             RcuWalk::Err(e) => Some(Err(e)),
             RcuWalk::Fallback => None,
             RcuWalk::Done(d, seq) => {
@@ -1333,7 +1396,7 @@ mod fast_path_tests {
     /// What ref-walk says `path` is: the inode number or the errno.
     fn by_ref_walk(vfs: &Vfs, path: &[u8], follow: bool) -> Result<u64> {
         check_path(path)?;
-        let d = vfs.walk_ref(At::Root, path, follow, false)?;
+        let d = vfs.walk_ref(At::Root, path, follow, false, root_cred())?;
         d.inode().map(|i| i.ino).ok_or(Errno::ENOENT)
     }
 
@@ -1404,7 +1467,7 @@ mod fast_path_tests {
             for follow in [true, false] {
                 let want = by_ref_walk(&vfs, &path, follow);
                 // ref-walk cached what it saw; rcu-walk may now answer.
-                let rcu = vfs.try_stat_rcu(At::Root, &path, follow, StatMode::RefFree);
+                let rcu = vfs.try_stat_rcu(At::Root, &path, follow, StatMode::RefFree, root_cred());
                 total += 1;
                 if let Some(got) = rcu {
                     answered += 1;

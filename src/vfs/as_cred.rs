@@ -1,0 +1,233 @@
+//! [`AsCred`]: the `Vfs` as one caller sees it. Every call is made on
+//! behalf of the handle's [`Cred`] and checked with Linux's rules: search
+//! permission on every directory walked (in rcu-walk, from the inode's
+//! cached mode, owner and group), write and search to create or remove a
+//! name, the sticky bit, read/write permission to open, and `setattr`'s
+//! ownership rules. New files belong to the credential's fsuid and fsgid
+//! (the backend applies setgid directories).
+//!
+//! A server that acts for many callers makes one handle per request (it is
+//! two references); a tool that acts for itself uses
+//! `vfs.as_cred(&Cred::current())`. The `Vfs`'s own methods act as
+//! [`Cred::ROOT`].
+
+use super::{At, DentryRef, OpenFile, StatMode, Vfs};
+use crate::cred::{Caps, Cred};
+use crate::errno::{Errno, Result};
+use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr};
+use crate::permission::generic_permission;
+
+/// `access(2)`'s `AT_EACCESS`: check with the effective (filesystem) ids.
+pub const AT_EACCESS: i32 = libc::AT_EACCESS;
+
+/// The `Vfs` on behalf of one credential (see the module docs).
+#[derive(Clone, Copy)]
+pub struct AsCred<'v, 'c> {
+    vfs: &'v Vfs,
+    cred: &'c Cred,
+}
+
+impl Vfs {
+    /// This `Vfs` on behalf of `cred`: every call through the handle is
+    /// permission-checked for it.
+    pub fn as_cred<'c>(&self, cred: &'c Cred) -> AsCred<'_, 'c> {
+        AsCred { vfs: self, cred }
+    }
+}
+
+impl<'v> AsCred<'v, '_> {
+    pub fn cred(&self) -> &Cred {
+        self.cred
+    }
+
+    pub fn vfs(&self) -> &'v Vfs {
+        self.vfs
+    }
+
+    /// Owner and group of what this caller creates.
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            uid: self.cred.fsuid,
+            gid: self.cred.fsgid,
+        }
+    }
+
+    /// `stat(2)`.
+    #[inline]
+    pub fn stat(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
+        self.vfs
+            .stat_as(self.cred, at, path.as_ref(), true, StatMode::RefFree)
+    }
+
+    /// `lstat(2)`.
+    #[inline]
+    pub fn lstat(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
+        self.vfs
+            .stat_as(self.cred, at, path.as_ref(), false, StatMode::RefFree)
+    }
+
+    /// `stat` with the choice of how the last component is handled.
+    #[inline]
+    pub fn stat_with(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        mode: StatMode,
+    ) -> Result<Attr> {
+        self.vfs.stat_as(self.cred, at, path.as_ref(), follow, mode)
+    }
+
+    /// A counted reference to what `path` names.
+    pub fn lookup(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+    ) -> Result<DentryRef<'v>> {
+        self.vfs.lookup_as(self.cred, at, path.as_ref(), follow)
+    }
+
+    /// `faccessat(2)`: `mask` is `F_OK` or any of `R_OK`, `W_OK`, `X_OK`;
+    /// `flags` may hold `AT_EACCESS` (check with the effective ids instead
+    /// of the real ones) and `AT_SYMLINK_NOFOLLOW`. Without `AT_EACCESS` the
+    /// check runs as the real uid and gid, with the capabilities only if the
+    /// real uid is 0, as Linux does.
+    pub fn access(&self, at: At<'_>, path: impl AsRef<[u8]>, mask: i32, flags: i32) -> Result<()> {
+        if mask & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0
+            || flags & !(libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) != 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        let real;
+        let cred = if flags & libc::AT_EACCESS != 0 {
+            self.cred
+        } else {
+            let caps = if self.cred.uid == 0 {
+                self.cred.caps
+            } else {
+                Caps::NONE
+            };
+            real = Cred::user(self.cred.uid, self.cred.gid, self.cred.groups())
+                .with_caps(caps)
+                .with_real_ids(self.cred.uid, self.cred.gid);
+            &real
+        };
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        let d = self.vfs.lookup_as(cred, at, path.as_ref(), follow)?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let i = d.inode().ok_or(Errno::ENOENT)?;
+        // R_OK, W_OK and X_OK are MAY_READ, MAY_WRITE and MAY_EXEC.
+        generic_permission(cred, i.perm(), mask as u32)
+    }
+
+    /// `openat(2)`; see [`Vfs::open`].
+    pub fn open(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        flags: i32,
+        perm: u16,
+    ) -> Result<OpenFile<'v>> {
+        self.vfs
+            .open_as(self.cred, at, path.as_ref(), flags, perm, self.ctx())
+    }
+
+    pub fn create(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
+        self.vfs
+            .create_as(self.cred, at, path.as_ref(), perm, self.ctx())
+    }
+
+    pub fn mkdir(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
+        self.vfs
+            .mkdir_as(self.cred, at, path.as_ref(), perm, self.ctx())
+    }
+
+    pub fn mknod(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+    ) -> Result<DentryRef<'v>> {
+        self.vfs
+            .mknod_as(self.cred, at, path.as_ref(), kind, perm, rdev, self.ctx())
+    }
+
+    pub fn symlink(
+        &self,
+        target: impl AsRef<[u8]>,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+    ) -> Result<DentryRef<'v>> {
+        self.vfs
+            .symlink_as(self.cred, target.as_ref(), at, path.as_ref(), self.ctx())
+    }
+
+    pub fn readlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.vfs.readlink_as(self.cred, at, path.as_ref())
+    }
+
+    pub fn link(
+        &self,
+        old_at: At<'_>,
+        old_path: impl AsRef<[u8]>,
+        new_at: At<'_>,
+        new_path: impl AsRef<[u8]>,
+    ) -> Result<DentryRef<'v>> {
+        self.vfs.link_as(
+            self.cred,
+            old_at,
+            old_path.as_ref(),
+            new_at,
+            new_path.as_ref(),
+        )
+    }
+
+    pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
+        self.vfs.remove_common(self.cred, at, path.as_ref(), false)
+    }
+
+    pub fn rmdir(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
+        self.vfs.remove_common(self.cred, at, path.as_ref(), true)
+    }
+
+    pub fn rename(
+        &self,
+        old_at: At<'_>,
+        old_path: impl AsRef<[u8]>,
+        new_at: At<'_>,
+        new_path: impl AsRef<[u8]>,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.vfs.rename_as(
+            self.cred,
+            old_at,
+            old_path.as_ref(),
+            new_at,
+            new_path.as_ref(),
+            flags,
+        )
+    }
+
+    /// chmod, chown, truncate, utimens by path (see
+    /// [`Vfs::setattr_dentry_as`] for the rules).
+    pub fn setattr(&self, at: At<'_>, path: impl AsRef<[u8]>, set: &SetAttr) -> Result<Attr> {
+        self.vfs.setattr_as(self.cred, at, path.as_ref(), set)
+    }
+
+    /// Read a directory (read permission on it is checked first).
+    pub fn readdir(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        offset: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        self.vfs
+            .readdir_as(self.cred, at, path.as_ref(), offset, emit)
+    }
+}
