@@ -59,6 +59,24 @@ struct Retired {
 // any more; whichever thread runs `free` owns it exclusively.
 unsafe impl Send for Retired {}
 
+impl RcuGuard<'_> {
+    /// Let reclamation past this guard without leaving the section for
+    /// long: what was retired before now may be freed once every other
+    /// reader moved on (seize's `refresh`, crossbeam's `repin`). Nothing
+    /// read through the guard before may be used after.
+    #[inline]
+    pub(crate) fn refresh(&mut self) {
+        match self {
+            #[cfg(not(loom))]
+            RcuGuard::Seize(g) => seize::Guard::refresh(g),
+            #[cfg(not(loom))]
+            RcuGuard::Epoch(g) => g.repin(),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
+}
+
 impl Rcu {
     pub(crate) fn new(kind: Reclaim) -> Rcu {
         Rcu {

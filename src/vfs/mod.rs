@@ -15,6 +15,7 @@ pub(crate) mod dcache;
 #[cfg(all(test, loom))]
 mod loom_walk;
 mod ops;
+mod section;
 mod walk;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ use crate::table::Table;
 
 pub use as_cred::{AsCred, AT_EACCESS};
 pub use ops::OpenFile;
+pub use section::{ReadSection, REFRESH_EVERY};
 
 /// The credential the `Vfs`'s own methods act with (every capability).
 static ROOT_CRED: Cred = Cred::ROOT;

@@ -1077,7 +1077,13 @@ impl Vfs {
     /// `stat` by ref-walk, once rcu-walk gave up.
     #[cold]
     #[inline(never)]
-    fn stat_ref(&self, at: At<'_>, path: &[u8], follow: bool, cred: &Cred) -> Result<Attr> {
+    pub(crate) fn stat_ref(
+        &self,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+        cred: &Cred,
+    ) -> Result<Attr> {
         let sb = self.sb();
         let d = self.walk_ref(at, path, follow, false, cred)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
@@ -1099,9 +1105,23 @@ impl Vfs {
         mode: StatMode,
         cred: &Cred,
     ) -> Option<Result<Attr>> {
+        let g = self.sb().rcu.read_lock();
+        self.try_stat_rcu_in(&g, at, path, follow, mode, cred)
+    }
+
+    /// [`Vfs::try_stat_rcu`] inside a read section the caller holds.
+    #[inline(always)]
+    pub(crate) fn try_stat_rcu_in(
+        &self,
+        g: &RcuGuard<'_>,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+        mode: StatMode,
+        cred: &Cred,
+    ) -> Option<Result<Attr>> {
         let sb = self.sb();
-        let g = sb.rcu.read_lock();
-        match self.walk_rcu(&g, at, path, follow, false, cred) {
+        match self.walk_rcu(g, at, path, follow, false, cred) {
             RcuWalk::Err(e) => return Some(Err(e)),
             RcuWalk::Fallback => {}
             RcuWalk::Done(d, seq) => {
@@ -1126,7 +1146,6 @@ impl Vfs {
                         if dd.d_lockref.get_not_dead() {
                             let r = DentryRef::from_counted(d);
                             if !dd.d_seq.read_retry(seq) {
-                                drop(g);
                                 let Some(inode) = r.inode() else {
                                     return Some(Err(Errno::ENOENT));
                                 };

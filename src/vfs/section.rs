@@ -1,0 +1,87 @@
+//! [`ReadSection`]: many lookups inside one read section.
+//!
+//! Every `stat` enters and leaves a read section of the reclamation crate,
+//! and leaving costs a locked read-modify-write (seize's swap; crossbeam's
+//! pin pays a fence on entry instead): on this host about as much as the
+//! rest of a cached 4-component stat's shared-memory traffic. A caller that
+//! makes many calls in a row (a server draining a queue, a build tool
+//! stat-ing a tree) can stay in one section and pay that once per
+//! `refresh_every` calls: the section is refreshed (seize's `refresh`,
+//! crossbeam's `repin`) every that many calls, so memory retired meanwhile
+//! waits at most that many of this caller's calls (or until the section is
+//! dropped) before it can be freed. Drop the section before blocking for
+//! long: an idle holder delays every free in the `Vfs`.
+
+use super::{At, StatMode, Vfs};
+use crate::cred::Cred;
+use crate::errno::Result;
+use crate::fs::Attr;
+use crate::rcu::RcuGuard;
+
+/// Calls between refreshes by default.
+pub const REFRESH_EVERY: u32 = 64;
+
+/// A read section held across calls (see the module docs). Not `Send`: a
+/// section belongs to the thread that opened it.
+pub struct ReadSection<'v> {
+    vfs: &'v Vfs,
+    guard: RcuGuard<'v>,
+    left: u32,
+    every: u32,
+}
+
+impl Vfs {
+    /// Open a read section refreshed every [`REFRESH_EVERY`] calls.
+    pub fn read_section(&self) -> ReadSection<'_> {
+        self.read_section_every(REFRESH_EVERY)
+    }
+
+    /// Open a read section refreshed every `every` calls (at least 1).
+    pub fn read_section_every(&self, every: u32) -> ReadSection<'_> {
+        let every = every.max(1);
+        ReadSection {
+            vfs: self,
+            guard: self.sb().rcu.read_lock(),
+            left: every,
+            every,
+        }
+    }
+}
+
+impl ReadSection<'_> {
+    #[inline(always)]
+    fn tick(&mut self) {
+        self.left -= 1;
+        if self.left == 0 {
+            self.guard.refresh();
+            self.left = self.every;
+        }
+    }
+
+    /// `stat(2)` on behalf of `cred` (permission-checked as
+    /// [`crate::AsCred::stat`]).
+    #[inline]
+    pub fn stat(&mut self, cred: &Cred, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
+        self.stat_with(cred, at, path.as_ref(), true)
+    }
+
+    /// `stat` or (`follow` false) `lstat` on behalf of `cred`.
+    #[inline]
+    pub fn stat_with(
+        &mut self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<Attr> {
+        self.tick();
+        super::walk::check_path(path)?;
+        match self
+            .vfs
+            .try_stat_rcu_in(&self.guard, at, path, follow, StatMode::RefFree, cred)
+        {
+            Some(r) => r,
+            None => self.vfs.stat_ref(at, path, follow, cred),
+        }
+    }
+}
