@@ -75,6 +75,9 @@ struct BenchArgs {
     /// Operations per thread for iteration-driven workloads (kernfs).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = Options::default().iterations)]
     iterations: u64,
+    /// stat-random: how many paths the tree holds (and the cache caches).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = Options::default().paths)]
+    paths: u64,
 }
 
 #[derive(Args, Debug)]
@@ -155,6 +158,7 @@ fn bench_main(a: BenchArgs) -> i32 {
             hold_ns: a.hold_ns,
             every_us: a.every_us,
             iterations: a.iterations,
+            paths: a.paths,
         },
     };
     match bench::run(&req) {

@@ -214,6 +214,7 @@ fn bad_input_is_one_line_and_exit_2() {
             "--seconds must be at least 1",
         ),
         (&["bench", "lockref", "--seconds", "-1"], "--seconds"),
+        (&["bench", "stat-random", "--paths", "0"], "--paths"),
         (
             &["bench", "lockref", "--json", "/nonexistent/dir/r.json"],
             "cannot write --json /nonexistent/dir/r.json",
@@ -260,6 +261,7 @@ fn list_and_help_exit_0() {
         "kernfs-missing",
         "dup-close",
         "file-sharing",
+        "stat-random",
     ] {
         assert!(out.lines().any(|l| l.starts_with(w)), "{out}");
     }
@@ -402,6 +404,87 @@ fn dup_close_runs_on_lib_and_kernel() {
     assert!(out.contains("vs split"), "{out}");
     // The kernel target's files are gone again.
     let prefix = format!("dcache-dup-{pid}-");
+    let left = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(left, 0);
+}
+
+/// `stat-random` on a tiny tree through the CLI: both targets run, each
+/// prints its bytes per cached path, and the JSON keeps them.
+#[test]
+fn stat_random_reports_ops_and_bytes_per_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_dcache"))
+        .args([
+            "bench",
+            "stat-random",
+            "--paths",
+            "1000",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--target",
+            "lib,kernel",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run dcache");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait for dcache");
+    let out = stdout(&o);
+    // A machine without /dev/shm runs lib alone and reports the kernel case.
+    let kernel = std::path::Path::new("/dev/shm").is_dir();
+    if !kernel {
+        assert!(stderr(&o).contains("/dev/shm"), "{}", stderr(&o));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
+    let cases: Vec<(&str, &str)> = lines.iter().map(|l| (l.1.as_str(), l.2.as_str())).collect();
+    assert_eq!(cases, [("lib", "reffree"), ("kernel", "syscall")], "{out}");
+    assert!(lines.iter().all(|l| l.4[2] > 0), "{out}");
+    for head in [
+        "stat-random lib reffree 1t",
+        "stat-random kernel syscall 1t",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{head}: paths 1000, ")))
+            .unwrap_or_else(|| panic!("no memory line for {head}: {out}"));
+        assert!(line.contains(" bytes per cached path ("), "{line}");
+    }
+    let v = read_json(&json);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let lib = &runs[0]["memory"];
+    assert_eq!(lib["paths"], 1000);
+    assert_eq!(lib["source"], "rss");
+    // 1000 dentries and inodes cannot fit in nothing, nor need 100 KiB each.
+    let per = lib["cache_bytes_per_path"].as_f64().unwrap();
+    assert!(per > 0.0 && per < 100_000.0, "{lib}");
+    assert!(
+        lib["total_bytes_per_path"].as_f64().unwrap() >= per,
+        "{lib}"
+    );
+    assert!(runs[0]["ops_per_sec"].as_f64().unwrap() > 0.0);
+    // The kernel's slab figure is system-wide: only its presence is sure.
+    let k = &runs[1]["memory"];
+    assert_eq!(k["source"], "slab", "{k}");
+    assert!(k["cache_bytes_per_path"].is_f64(), "{k}");
+    // The kernel target's tree is gone again.
+    let prefix = format!("dcache-bench-{pid}-");
     let left = std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok())

@@ -59,9 +59,13 @@ pub(crate) fn run_case(
             }
         }
     };
+    let footprint = case.footprint();
+    if let Some(f) = &footprint {
+        progress.println(&format!("{name}: {}", f.describe()));
+    }
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    let result = match workload.driver() {
+    let mut result = match workload.driver() {
         Driver::Timed => {
             let phase = drive(
                 &*case,
@@ -88,6 +92,7 @@ pub(crate) fn run_case(
                 ops_per_sec: mean_total(&phase.samples),
                 per_second: phase.samples,
                 cpu_util: phase.cpu_util,
+                memory: None,
             }
         }
         Driver::Iterations => {
@@ -138,9 +143,11 @@ pub(crate) fn run_case(
                 },
                 per_second: concur.samples,
                 cpu_util: concur.cpu_util,
+                memory: None,
             }
         }
     };
+    result.memory = footprint;
     if let Err(e) = case.teardown() {
         errors.push(format!("{name}: teardown: {e}"));
     }

@@ -16,6 +16,10 @@ pub const MAX_THREADS: usize = 4096;
 /// The longest measurement and warm-up accepted, in seconds.
 pub const MAX_SECONDS: u64 = 24 * 3600;
 
+/// The most paths `stat-random` may build (the dcache's table stops
+/// growing at 2^26 buckets; memory is the real limit).
+pub const MAX_PATHS: u64 = 1 << 26;
+
 /// Defaults for a named workload.
 pub const DEFAULT_SECONDS: u64 = 5;
 pub const DEFAULT_WARMUP: u64 = 2;
@@ -157,6 +161,9 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
     }
     if req.options.iterations == 0 {
         return Err("--iterations must be at least 1".into());
+    }
+    if req.options.paths == 0 || req.options.paths > MAX_PATHS {
+        return Err(format!("--paths must be between 1 and {MAX_PATHS}"));
     }
     if req.options.hold_ns > 1_000_000_000 || req.options.every_us > 1_000_000 {
         return Err("--hold-ns is limited to 1 s and --every-us to 1 s".into());

@@ -347,6 +347,7 @@ mod tests {
                     ops_per_sec: 100.0 * t as f64,
                     per_second: vec![s(100), s(90), s(110)],
                     cpu_util: None,
+                    memory: None,
                 })
             })
             .collect()

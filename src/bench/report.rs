@@ -5,6 +5,8 @@
 //! "ops_per_sec", "per_second": [{"min", "max", "total"}]}]}`. When one
 //! invocation runs several workloads (the default tour), the top-level
 //! `workload` is `"tour"` and every run carries its own `"workload"` too.
+//! A workload that measures memory (`stat-random`) adds an optional
+//! `"memory"` object to its runs ([`Footprint`]); other runs have none.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -47,6 +49,73 @@ pub struct RunResult {
     /// the JSON, whose schema is fixed; shown in the summary table).
     #[serde(skip)]
     pub cpu_util: Option<f64>,
+    /// What the case's cached paths cost in memory, for workloads that
+    /// measure it (absent from the JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Footprint>,
+}
+
+/// The memory a case's cache took, measured while it was prepared.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Footprint {
+    /// Paths cached.
+    pub paths: u64,
+    /// Where the bytes were read: `"rss"`, this process's resident memory
+    /// (`/proc/self/statm`), or `"slab"`, the kernel's slab memory
+    /// (`/proc/meminfo`, system-wide, so approximate).
+    pub source: &'static str,
+    /// Growth of `source` while the cache was filled. lib: warming the
+    /// `Vfs` after the backend's tree was built, so the dcache alone;
+    /// kernel: building the tmpfs tree and stat'ing it (tmpfs keeps its
+    /// tree in the dcache, so dentries and inodes both).
+    pub cache_bytes: i64,
+    pub cache_bytes_per_path: f64,
+    /// lib: growth from before the backend's tree was built to after
+    /// warming, the backend's own copy of the tree included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_bytes_per_path: Option<f64>,
+}
+
+impl Footprint {
+    pub fn new(paths: u64, source: &'static str, cache_bytes: i64, total: Option<i64>) -> Self {
+        let per = |b: i64| b as f64 / paths.max(1) as f64;
+        Footprint {
+            paths,
+            source,
+            cache_bytes,
+            cache_bytes_per_path: per(cache_bytes),
+            total_bytes: total,
+            total_bytes_per_path: total.map(per),
+        }
+    }
+
+    /// The line printed after the case's prefix, e.g. `paths 100000, 212.4
+    /// bytes per cached path (RSS +21.2 MB); ...`.
+    pub fn describe(&self) -> String {
+        let mb = |b: i64| format!("{:+.1} MB", b as f64 / 1e6);
+        let mut s = format!(
+            "paths {}, {:.1} bytes per cached path ({})",
+            self.paths,
+            self.cache_bytes_per_path,
+            match self.source {
+                "slab" => format!(
+                    "kernel slab {}, system-wide, approximate",
+                    mb(self.cache_bytes)
+                ),
+                _ => format!("RSS {}", mb(self.cache_bytes)),
+            },
+        );
+        if let (Some(b), Some(per)) = (self.total_bytes, self.total_bytes_per_path) {
+            let _ = write!(
+                s,
+                "; with the backend's tree {per:.1} bytes per path (RSS {})",
+                mb(b)
+            );
+        }
+        s
+    }
 }
 
 /// The mean of the seconds' totals (0 when there are none).
@@ -240,6 +309,7 @@ mod tests {
             ops_per_sec: ops,
             per_second: vec![],
             cpu_util: None,
+            memory: None,
         }
     }
 

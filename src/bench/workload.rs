@@ -10,6 +10,7 @@
 //! Adding a workload is one file under `workloads/` and one line in the
 //! registry in `workloads/mod.rs`.
 
+use super::report::Footprint;
 use super::worker::{Stop, Worker};
 
 /// Where a workload runs: dcache itself (`lib`), the running kernel through
@@ -39,6 +40,8 @@ pub struct Options {
     pub every_us: u64,
     /// `--iterations`: operations per thread under [`Driver::Iterations`].
     pub iterations: u64,
+    /// `--paths`: how many paths `stat-random` caches.
+    pub paths: u64,
 }
 
 impl Default for Options {
@@ -47,6 +50,7 @@ impl Default for Options {
             hold_ns: 200,
             every_us: 1000,
             iterations: 10_000,
+            paths: 100_000,
         }
     }
 }
@@ -111,6 +115,12 @@ pub trait Case: Send + Sync {
     /// The body of background thread `index`; must return soon after
     /// `stop.is_set()` turns true (`stop.sleep` helps).
     fn background(&self, _index: usize, _stop: &Stop) {}
+
+    /// What the prepared cache costs in memory, for workloads that measure
+    /// it; printed once per case and kept in the run's JSON.
+    fn footprint(&self) -> Option<Footprint> {
+        None
+    }
 
     /// Undo what `prepare` made outside the process (files, mounts). Called
     /// once after the threads are joined; `Drop` should also clean up in

@@ -10,6 +10,7 @@ pub mod dup;
 pub mod kernfs;
 mod lockref;
 mod stat;
+mod stat_random;
 
 /// Every workload, in the order `dcache bench --list` shows them.
 pub static REGISTRY: &[&dyn Workload] = &[
@@ -19,6 +20,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &stat::STAT_SAME,
     &stat::STAT_SEPARATE,
     &stat::STAT_MISSING,
+    &stat_random::STAT_RANDOM,
     &stat::OPEN_SAME,
     &stat::OPEN_SEPARATE,
     &kernfs::KERNFS_FILES,

@@ -20,9 +20,9 @@
 //! reclamation-crate comparison). The kernel target has one variant,
 //! `syscall`.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -236,12 +236,7 @@ impl KernelCase {
     fn once(&self, path: &CString) -> i32 {
         let dir = self.tree.dir();
         match self.op {
-            Op::Stat => {
-                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-                // SAFETY: dir is an open directory fd, path is NUL-terminated,
-                // st is a valid out-pointer of the right type.
-                unsafe { libc::fstatat(dir, path.as_ptr(), st.as_mut_ptr(), 0) }
-            }
+            Op::Stat => stat_at(dir, path),
             Op::Open => {
                 // SAFETY: as above; the fd is closed right away.
                 let fd =
@@ -273,6 +268,15 @@ impl Case for KernelCase {
     }
 }
 
+/// `fstatat(dir, path, &st, 0)`: 0 or -1 (errno set).
+#[inline(always)]
+pub(super) fn stat_at(dir: RawFd, path: &CStr) -> i32 {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: path is NUL-terminated, st is a valid out-pointer of the
+    // right type; a bad dir fd is only an EBADF.
+    unsafe { libc::fstatat(dir, path.as_ptr(), st.as_mut_ptr(), 0) }
+}
+
 /// Where the syscall cases find their tree.
 enum Tree {
     Shm(ShmTree),
@@ -287,9 +291,9 @@ impl Tree {
         }
     }
 
-    fn dir(&self) -> std::os::fd::RawFd {
+    fn dir(&self) -> RawFd {
         match self {
-            Tree::Shm(t) => t.dir.as_raw_fd(),
+            Tree::Shm(t) => t.dir(),
             Tree::Fuse(t) => t.dir.as_raw_fd(),
         }
     }
@@ -342,8 +346,8 @@ impl FuseTree {
     }
 }
 
-/// A tree of empty-ish files on tmpfs, removed on teardown (or drop).
-struct ShmTree {
+/// A tree of files on tmpfs, removed on teardown (or drop).
+pub(super) struct ShmTree {
     root: PathBuf,
     dir: OwnedFd,
     removed: bool,
@@ -352,7 +356,22 @@ struct ShmTree {
 static TREE_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl ShmTree {
+    /// `a/b/c` holding `files`, each with ten bytes.
     fn new(files: &[String]) -> Result<ShmTree, String> {
+        ShmTree::build(|root| {
+            std::fs::create_dir_all(root.join("a/b/c"))?;
+            for f in files {
+                std::fs::write(root.join(f), b"0123456789")?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A fresh directory under /dev/shm, filled by `populate` (given its
+    /// path); removed again if `populate` fails.
+    pub(super) fn build(
+        populate: impl FnOnce(&Path) -> std::io::Result<()>,
+    ) -> Result<ShmTree, String> {
         let base = PathBuf::from("/dev/shm");
         if !base.is_dir() {
             return Err("kernel target: /dev/shm is not available".into());
@@ -363,10 +382,8 @@ impl ShmTree {
             TREE_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let make = || -> std::io::Result<OwnedFd> {
-            std::fs::create_dir_all(root.join("a/b/c"))?;
-            for f in files {
-                std::fs::write(root.join(f), b"0123456789")?;
-            }
+            std::fs::create_dir(&root)?;
+            populate(&root)?;
             Ok(std::fs::File::open(&root)?.into())
         };
         match make() {
@@ -385,7 +402,12 @@ impl ShmTree {
         }
     }
 
-    fn remove(mut self) -> Result<(), String> {
+    /// The tree's directory, for `*at` calls.
+    pub(super) fn dir(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
+    pub(super) fn remove(mut self) -> Result<(), String> {
         self.removed = true;
         std::fs::remove_dir_all(&self.root)
             .map_err(|e| format!("cannot remove {}: {e}", self.root.display()))
