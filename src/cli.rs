@@ -78,6 +78,23 @@ struct BenchArgs {
     /// stat-random: how many paths the tree holds (and the cache caches).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = Options::default().paths)]
     paths: u64,
+    /// stat and open workloads: act as this user (lib and kernel targets).
+    #[arg(long, value_name = "UID:GID", value_parser = parse_cred)]
+    cred: Option<(u32, u32)>,
+}
+
+/// `UID:GID` for `--cred`.
+fn parse_cred(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--cred takes UID:GID, not {s:?}"))?;
+    let num = |x: &str| {
+        x.parse::<u32>()
+            .ok()
+            .filter(|&v| v != u32::MAX)
+            .ok_or_else(|| format!("--cred: {x:?} is not a uid or gid"))
+    };
+    Ok((num(u)?, num(g)?))
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +176,7 @@ fn bench_main(a: BenchArgs) -> i32 {
             every_us: a.every_us,
             iterations: a.iterations,
             paths: a.paths,
+            cred: a.cred,
         },
     };
     match bench::run(&req) {

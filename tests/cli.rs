@@ -509,3 +509,39 @@ fn mount_without_mountpoint_names_it_and_the_backend_option() {
     assert!(!err.trim_end().ends_with(':'), "{err}");
     assert!(o.stdout.is_empty());
 }
+
+/// `--cred UID:GID`: the stat workers act as another user (lib through
+/// `Vfs::as_cred`, kernel with the worker thread's fsuid/fsgid), every
+/// directory is 0755 so every check passes; `section` holds one read
+/// section across stats. A malformed credential is a usage error.
+#[test]
+fn stat_runs_as_another_user() {
+    let o = dcache(&["bench", "stat-same", "--cred", "65534", "--seconds", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("UID:GID"), "{}", stderr(&o));
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let targets = if root { "lib,kernel" } else { "lib" };
+    let o = dcache(&[
+        "bench",
+        "stat-same",
+        "--target",
+        targets,
+        "--variant",
+        "reffree,section,syscall",
+        "--cred",
+        "65534:65534",
+        "--threads",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("lib     section"), "{out}");
+    if root {
+        assert!(out.contains("kernel  syscall"), "{out}");
+    }
+}

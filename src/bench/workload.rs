@@ -42,6 +42,9 @@ pub struct Options {
     pub iterations: u64,
     /// `--paths`: how many paths `stat-random` caches.
     pub paths: u64,
+    /// `--cred UID:GID`: the stat and open workers act as this user (lib:
+    /// through `Vfs::as_cred`; kernel: the worker thread's fsuid/fsgid).
+    pub cred: Option<(u32, u32)>,
 }
 
 impl Default for Options {
@@ -51,6 +54,7 @@ impl Default for Options {
             every_us: 1000,
             iterations: 10_000,
             paths: 100_000,
+            cred: None,
         }
     }
 }

@@ -28,14 +28,16 @@ use std::sync::Arc;
 
 use crate::bench::worker::Worker;
 use crate::bench::workload::{Case, CaseSpec, Workload};
+use crate::cred::Cred;
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
-use crate::fs::Ctx;
 use crate::rcu::Reclaim;
 use crate::vfs::{At, Config, StatMode, Vfs};
 
-const VARIANTS: &[&str] = &["reffree", "lockref", "epoch", "syscall"];
+const VARIANTS: &[&str] = &["reffree", "lockref", "epoch", "section", "syscall"];
 const LIB_VARIANTS: &[&str] = &["reffree", "lockref", "epoch"];
+/// stat-same also runs `section` (one read section held across stats).
+const LIB_VARIANTS_SAME: &[&str] = &["reffree", "lockref", "epoch", "section"];
 const KERNEL_VARIANTS: &[&str] = &["syscall"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +124,11 @@ impl Workload for StatWorkload {
     }
     fn variants_for(&self, target: &str) -> &'static [&'static str] {
         if target == "lib" {
-            LIB_VARIANTS
+            if self.which == Which::Same && self.op == Op::Stat {
+                LIB_VARIANTS_SAME
+            } else {
+                LIB_VARIANTS
+            }
         } else {
             KERNEL_VARIANTS
         }
@@ -131,10 +137,14 @@ impl Workload for StatWorkload {
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
         let paths: Vec<String> = (0..spec.threads).map(|i| self.path(i)).collect();
         let expect_ok = self.which != Which::Missing;
+        let cred = spec.options.cred;
+        if cred.is_some() && spec.target.starts_with("fuse") {
+            return Err("--cred runs on the lib and kernel targets".into());
+        }
         match (spec.target, spec.variant) {
             ("lib", v) => {
                 let (mode, reclaim) = match v {
-                    "reffree" => (StatMode::RefFree, Reclaim::Seize),
+                    "reffree" | "section" => (StatMode::RefFree, Reclaim::Seize),
                     "lockref" => (StatMode::LockRef, Reclaim::Seize),
                     "epoch" => (StatMode::RefFree, Reclaim::Epoch),
                     other => return Err(format!("variant {other} does not run on lib")),
@@ -163,6 +173,11 @@ impl Workload for StatWorkload {
                     mode,
                     op: self.op,
                     expect_ok,
+                    cred: match cred {
+                        Some((u, g)) => Cred::user(u, g, &[]),
+                        None => Cred::root(),
+                    },
+                    section: v == "section",
                 }))
             }
             ("kernel" | "fuse" | "fuse-cached", "syscall") => {
@@ -176,6 +191,7 @@ impl Workload for StatWorkload {
                     paths,
                     op: self.op,
                     expect_ok,
+                    cred,
                 }))
             }
             (t, v) => Err(format!("variant {v} does not run on target {t}")),
@@ -189,20 +205,21 @@ struct LibCase {
     mode: StatMode,
     op: Op,
     expect_ok: bool,
+    /// Who the workers are (root without `--cred`): every call is
+    /// permission-checked for it.
+    cred: Cred,
+    /// `section`: each worker holds one read section across its stats.
+    section: bool,
 }
 
 impl LibCase {
     #[inline(always)]
     fn once(&self, path: &[u8]) -> Result<(), Errno> {
+        let v = self.vfs.as_cred(&self.cred);
         match self.op {
-            Op::Stat => self
-                .vfs
-                .stat_with(At::Root, path, true, self.mode)
-                .map(|_| ()),
+            Op::Stat => v.stat_with(At::Root, path, true, self.mode).map(|_| ()),
             Op::Open => {
-                let f = self
-                    .vfs
-                    .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)?;
+                let f = v.open(At::Root, path, libc::O_RDONLY, 0)?;
                 f.close()
             }
         }
@@ -220,6 +237,10 @@ impl Case for LibCase {
             ));
             return;
         }
+        if self.section {
+            let mut s = self.vfs.read_section();
+            return w.run(|| s.stat_with(&self.cred, At::Root, path, true).map(|_| ()));
+        }
         w.run(|| self.once(path))
     }
 }
@@ -229,6 +250,8 @@ struct KernelCase {
     paths: Vec<CString>,
     op: Op,
     expect_ok: bool,
+    /// `--cred`: the worker thread's filesystem ids (no groups).
+    cred: Option<(u32, u32)>,
 }
 
 impl KernelCase {
@@ -255,6 +278,12 @@ impl KernelCase {
 
 impl Case for KernelCase {
     fn worker(&self, w: Worker<'_>) {
+        if let Some((uid, gid)) = self.cred {
+            if let Err(e) = become_user(uid, gid) {
+                w.fail(e);
+                return;
+            }
+        }
         let path = &self.paths[w.index()];
         if (self.once(path) == 0) != self.expect_ok {
             w.fail(format!("{path:?}: unexpected result ({})", Errno::last()));
@@ -266,6 +295,30 @@ impl Case for KernelCase {
     fn teardown(self: Box<Self>) -> Result<(), String> {
         self.tree.remove()
     }
+}
+
+/// Make this thread (only: raw syscalls, not glibc's process-wide
+/// wrappers) act on files as `uid:gid` with no supplementary groups.
+/// Setting a non-zero fsuid also drops the thread's filesystem
+/// capabilities, as for any user. Workers are threads of their own case,
+/// so nothing leaks into the next one.
+fn become_user(uid: u32, gid: u32) -> Result<(), String> {
+    // SAFETY: these syscalls take plain integers (and a null list with
+    // length 0) and change only the calling thread's credentials.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0 {
+            return Err(format!("setgroups: {}", Errno::last()));
+        }
+        libc::syscall(libc::SYS_setfsgid, gid as libc::c_long);
+        libc::syscall(libc::SYS_setfsuid, uid as libc::c_long);
+        // setfsuid/setfsgid report the old id; read back the new ones.
+        let now_u = libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long) as u32;
+        let now_g = libc::syscall(libc::SYS_setfsgid, -1 as libc::c_long) as u32;
+        if (now_u, now_g) != (uid, gid) {
+            return Err(format!("cannot act as {uid}:{gid} (not root?)"));
+        }
+    }
+    Ok(())
 }
 
 /// `fstatat(dir, path, &st, 0)`: 0 or -1 (errno set).
