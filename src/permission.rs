@@ -205,6 +205,21 @@ pub fn mode_after_write(cred: &Cred, p: Perm) -> Option<u16> {
     mode_after_chown(p)
 }
 
+/// The permission bits of a new non-directory (`mode_strip_sgid`): in a
+/// setgid directory, whose group the file gets, S_ISGID with group execute
+/// is dropped unless the caller is in that group or has CAP_FSETID.
+pub fn mode_strip_sgid(cred: &Cred, dir: Perm, perm: u16) -> u16 {
+    let p = perm as u32;
+    if p & (S_ISGID | S_IXGRP) != S_ISGID | S_IXGRP
+        || dir.mode & S_ISGID == 0
+        || cred.in_group(dir.gid)
+        || cred.has(Caps::FSETID)
+    {
+        return perm;
+    }
+    (p & !S_ISGID) as u16
+}
+
 /// `may_linkat` under `fs.protected_hardlinks` (Linux's default): the
 /// owner or CAP_FOWNER may link anything; others only a regular file that
 /// is not set-user-ID, nor set-group-ID and group-executable, and that
@@ -319,5 +334,17 @@ mod tests {
         assert_eq!(utimes(&u, file(0o666, 5, 5), false), Ok(()));
         assert_eq!(utimes(&u, file(0o666, 5, 5), true), Err(Errno::EPERM));
         assert_eq!(utimes(&u, file(0o644, 5, 5), false), Err(Errno::EACCES));
+    }
+
+    #[test]
+    fn new_files_in_setgid_directories() {
+        let u = Cred::user(1002, 300, &[]);
+        let sg = dir(0o2777, 0, 200);
+        assert_eq!(mode_strip_sgid(&u, sg, 0o2755), 0o755);
+        // Without group execute, or in the group, or not setgid: kept.
+        assert_eq!(mode_strip_sgid(&u, sg, 0o2745), 0o2745);
+        assert_eq!(mode_strip_sgid(&u, dir(0o2777, 0, 300), 0o2755), 0o2755);
+        assert_eq!(mode_strip_sgid(&u, dir(0o777, 0, 200), 0o2755), 0o2755);
+        assert_eq!(mode_strip_sgid(&Cred::root(), sg, 0o2755), 0o2755);
     }
 }

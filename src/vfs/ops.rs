@@ -198,7 +198,7 @@ impl Vfs {
         path: &[u8],
         dir_ok: bool,
         pre: impl FnOnce() -> Result<()>,
-        make: impl FnOnce(u64, &[u8]) -> Result<Attr>,
+        make: impl FnOnce(&Inode, &[u8]) -> Result<Attr>,
     ) -> Result<DentryRef<'v>> {
         let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if name.is_empty() || is_dot_or_dotdot(name) {
@@ -215,7 +215,7 @@ impl Vfs {
         }
         pre()?;
         may_create(cred, dir.perm())?;
-        let attr = make(dir.ino, name)?;
+        let attr = make(dir, name)?;
         d_instantiate(self.sb(), d.dentry(), &attr);
         self.refresh(dir);
         Ok(d)
@@ -247,7 +247,10 @@ impl Vfs {
             path,
             false,
             || Ok(()),
-            |dir, name| fs.create(dir, name, perm, ctx),
+            |dir, name| {
+                let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
+                fs.create(dir.ino, name, perm, ctx)
+            },
         )
         .map_err(|e| {
             if e == Errno::ENOENT && path.ends_with(b"/") {
@@ -284,7 +287,9 @@ impl Vfs {
             path,
             true,
             || Ok(()),
-            |dir, name| fs.mkdir(dir, name, perm, ctx),
+            // vfs_mkdir keeps only the permission bits and the sticky bit
+            // (the backend adds S_ISGID under a setgid directory).
+            |dir, name| fs.mkdir(dir.ino, name, perm & 0o1777, ctx),
         )
     }
 
@@ -320,12 +325,13 @@ impl Vfs {
             false,
             || Ok(()),
             |dir, name| {
+                let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
                 if kind == FileType::Regular {
-                    fs.create(dir, name, perm, ctx)
+                    fs.create(dir.ino, name, perm, ctx)
                 } else if kind == FileType::Directory || kind == FileType::Symlink {
                     Err(Errno::EINVAL)
                 } else {
-                    fs.mknod(dir, name, kind, perm, rdev, ctx)
+                    fs.mknod(dir.ino, name, kind, perm, rdev, ctx)
                 }
             },
         )
@@ -358,7 +364,7 @@ impl Vfs {
             path,
             false,
             || Ok(()),
-            |dir, name| fs.symlink(dir, name, target, ctx),
+            |dir, name| fs.symlink(dir.ino, name, target, ctx),
         )?;
         if let Some(i) = d.inode() {
             i.cache_link(target);
@@ -453,7 +459,7 @@ impl Vfs {
             if kind == FileType::Directory {
                 return Err(Errno::EPERM);
             }
-            fs.link(ino, dir, name)
+            fs.link(ino, dir.ino, name)
         })
     }
 
@@ -921,6 +927,7 @@ impl Vfs {
         let d = self.lookup_one(&parent, name, true)?;
         if d.is_negative() {
             may_create(cred, dir.perm())?;
+            let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
             let attr = self.sb().fs.create(dir.ino, name, perm, ctx)?;
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
@@ -965,6 +972,10 @@ impl Vfs {
         }
         let mut f = self.open_dentry(d, flags)?;
         f.kill_priv = !cred.has(Caps::FSETID);
+        // O_TRUNC truncates (handle_truncate), which drops set-id bits.
+        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
+            self.kill_priv(i);
+        }
         Ok(f)
     }
 
@@ -980,7 +991,8 @@ impl Vfs {
             }
             _ => {}
         }
-        if flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular && acc != libc::O_RDONLY {
+        // Linux truncates with O_RDONLY too (open checked write permission).
+        if flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
             let set = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()
