@@ -120,7 +120,7 @@ impl Inode {
     /// The full `st_mode` now (one load; not ordered with the other
     /// attributes).
     #[inline(always)]
-    pub(crate) fn mode(&self) -> u32 {
+    pub fn mode(&self) -> u32 {
         // Relaxed: a single word whose old or new value is an answer.
         self.i_mode.load(Ordering::Relaxed)
     }

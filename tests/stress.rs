@@ -295,3 +295,47 @@ fn concurrent_namespace_stress() {
     assert_eq!(counters.allocated(), 0);
     assert_eq!(counters.inodes(), 0);
 }
+
+/// A file that exists the whole time is never reported missing while a
+/// sibling comes and goes and the shrinker kills unused dentries (the
+/// file's among them) under the walkers. Regression: a walker that reached
+/// a dentry through a chain link read before the dentry's removal sampled
+/// its d_seq after the unhash, then saw the inode cleared by the kill with
+/// no further d_seq change, and answered ENOENT.
+#[test]
+fn a_file_that_stays_is_never_missing_while_the_cache_shrinks() {
+    let fs = Arc::new(MemFs::new());
+    fs.mkdir_p("open/deep", 0o755).unwrap();
+    fs.write_file("open/deep/file", b"x").unwrap();
+    let vfs = Arc::new(Vfs::new(fs).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (vfs, stop) = (vfs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = vfs.create(At::Root, "open/deep/tmp", 0o644, Ctx::ROOT);
+                let _ = vfs.unlink(At::Root, "open/deep/tmp");
+                vfs.shrink(8);
+            }
+        })
+    };
+    let start = Instant::now();
+    let (mut ok, mut bad) = (0u64, Vec::new());
+    while start.elapsed() < Duration::from_secs(2) {
+        for _ in 0..1000 {
+            match vfs.stat(At::Root, "open/deep/file") {
+                Ok(_) => ok += 1,
+                Err(e) => bad.push(e),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert!(
+        bad.is_empty(),
+        "{} of {} stats failed: {:?}",
+        bad.len(),
+        ok,
+        &bad[..bad.len().min(5)]
+    );
+}

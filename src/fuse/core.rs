@@ -12,6 +12,7 @@
 use crate::cred::Cred;
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
+use crate::permission::search_for_all;
 use crate::sync::Arc;
 use crate::vfs::At;
 use crate::{DentryRef, OpenFile, Vfs};
@@ -133,6 +134,15 @@ impl FuseCore {
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether everyone may search directory `id` (its mode has 0111);
+    /// false for an unknown node or a non-directory.
+    pub fn searchable_by_all(&self, id: NodeId) -> bool {
+        self.node(id)
+            .ok()
+            .and_then(|n| n.inode().map(|i| i.is_dir() && search_for_all(i.mode())))
+            .unwrap_or(false)
     }
 
     pub fn forget(&self, id: NodeId, n: u64) {

@@ -157,11 +157,25 @@ impl DcacheFs {
         self.core.release();
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<Entry>) {
+    /// How long the kernel may keep a name in `parent` without asking.
+    /// When dcache checks permissions, a name in a directory not everyone
+    /// may search is not kept at all: with `no_default_permissions` the
+    /// kernel checks no search permission itself, so a name it cached for
+    /// one caller would be served to another who may not search there;
+    /// asking each time lets the LOOKUP check it for every caller.
+    fn entry_ttl(&self, parent: INodeNo) -> Duration {
+        if self.cfg.check_permissions && !self.core.searchable_by_all(node(parent)) {
+            Duration::ZERO
+        } else {
+            self.cfg.timeouts.entry
+        }
+    }
+
+    fn reply_entry(&self, parent: INodeNo, reply: ReplyEntry, r: Result<Entry>) {
         match r {
             Ok(e) => reply.entry_with_ttls(
                 &self.cfg.timeouts.attr,
-                &self.cfg.timeouts.entry,
+                &self.entry_ttl(parent),
                 &file_attr(&e.attr),
                 GENERATION,
             ),
@@ -224,13 +238,17 @@ impl Filesystem for DcacheFs {
             .core
             .lookup(&self.cred(_req), node(parent), name.as_bytes())
         {
-            Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
-            Ok(None) if !self.cfg.timeouts.negative.is_zero() => reply.entry_with_ttls(
-                &Duration::ZERO,
-                &self.cfg.timeouts.negative,
-                &negative(),
-                GENERATION,
-            ),
+            Ok(Some(e)) => self.reply_entry(parent, reply, Ok(e)),
+            Ok(None)
+                if !self.cfg.timeouts.negative.is_zero() && !self.entry_ttl(parent).is_zero() =>
+            {
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &self.cfg.timeouts.negative,
+                    &negative(),
+                    GENERATION,
+                )
+            }
             Ok(None) => reply.error(fuser::Errno::ENOENT),
             Err(e) => reply.error(errno(e)),
         }
@@ -302,7 +320,7 @@ impl Filesystem for DcacheFs {
         let r = self
             .core
             .mknod(&self.cred(req), node(parent), name.as_bytes(), mode, rdev);
-        self.reply_entry(reply, r);
+        self.reply_entry(parent, reply, r);
     }
 
     fn mkdir(
@@ -318,7 +336,7 @@ impl Filesystem for DcacheFs {
         let r = self
             .core
             .mkdir(&self.cred(req), node(parent), name.as_bytes(), mode);
-        self.reply_entry(reply, r);
+        self.reply_entry(parent, reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -354,7 +372,7 @@ impl Filesystem for DcacheFs {
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
-        self.reply_entry(reply, r);
+        self.reply_entry(parent, reply, r);
     }
 
     fn rename(
@@ -394,7 +412,7 @@ impl Filesystem for DcacheFs {
             node(newparent),
             newname.as_bytes(),
         );
-        self.reply_entry(reply, r);
+        self.reply_entry(newparent, reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -523,7 +541,7 @@ impl Filesystem for DcacheFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.touch();
-        let (attr_ttl, entry_ttl) = (self.cfg.timeouts.attr, self.cfg.timeouts.entry);
+        let (attr_ttl, entry_ttl) = (self.cfg.timeouts.attr, self.entry_ttl(ino));
         // fuser sends one timeout per entry for both the name and the
         // attributes: the shorter one keeps both promises.
         let ttl = attr_ttl.min(entry_ttl);
@@ -593,7 +611,7 @@ impl Filesystem for DcacheFs {
         {
             // fuser sends one timeout for the name and the attributes.
             Ok((e, fh)) => reply.created(
-                &self.cfg.timeouts.entry.min(self.cfg.timeouts.attr),
+                &self.entry_ttl(parent).min(self.cfg.timeouts.attr),
                 &file_attr(&e.attr),
                 GENERATION,
                 FileHandle(fh.raw()),

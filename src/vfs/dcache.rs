@@ -340,10 +340,14 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
     g.mark_dead();
     unhash_locked(sb, d, &g);
     d.set_flags(D_KILLED);
-    // Readers validating with d_seq already fail (unhash invalidated it);
-    // clear the inode for everyone else.
+    // Clear the inode inside a d_seq write section (Linux's
+    // dentry_unlink_inode), so that a reader that sampled d_seq after the
+    // unhash above still sees it move: the dentry must never look negative
+    // under an unchanged d_seq.
+    d.d_seq.write_begin();
     // SeqCst: RCU-published pointer.
     let inode = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    d.d_seq.write_end();
     let listed = d.flags() & D_LRU_LIST != 0;
     drop(g);
     if !inode.is_null() {
