@@ -18,6 +18,10 @@ use std::time::Duration;
 
 use fuser::{MountOption, SessionACL};
 
+/// The subtype our mounts carry unless `-o subtype=` says otherwise: the
+/// kernel lists them as type `fuse.dcache`.
+pub const DEFAULT_SUBTYPE: &str = "dcache";
+
 /// How long the kernel may trust what we tell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
@@ -242,10 +246,7 @@ impl MountOptions {
         // As a kernel option (not fuser's `Subtype`, which only fusermount
         // understands), so that a direct mount is listed as `fuse.dcache`
         // too; fusermount3 takes it the same way.
-        let subtype = self
-            .subtype
-            .as_deref()
-            .unwrap_or(super::session::DEFAULT_SUBTYPE);
+        let subtype = self.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
         m.push(MountOption::CUSTOM(format!("subtype={subtype}")));
         if self.default_permissions {
             m.push(MountOption::DefaultPermissions);

@@ -56,7 +56,7 @@ use crate::Vfs;
 
 use super::backend::Backend;
 use super::fs::{DcacheFs, FsConfig};
-use super::options::MountOptions;
+use super::options::{MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 
@@ -124,10 +124,6 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         .copied()
         .ok_or_else(|| "session ended without a report".to_string())
 }
-
-/// The subtype our mounts carry unless `-o subtype=` says otherwise: the
-/// kernel lists them as type `fuse.dcache`.
-pub const DEFAULT_SUBTYPE: &str = "dcache";
 
 /// Wait for a session's threads to finish, without ever letting fuser
 /// unmount (see the module docs): the `BackgroundSession` is not dropped,
