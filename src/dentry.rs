@@ -56,8 +56,10 @@ pub struct Dentry {
     pub(crate) d_inode: AtomicPtr<Inode>,
     /// Out-of-line name (longer than DNAME_INLINE_LEN), else null.
     pub(crate) d_name_ext: AtomicPtr<ExtName>,
-    /// The owning Vfs's shared state (Linux's d_sb).
-    pub(crate) d_sb: *const crate::vfs::Super,
+    /// The owning Vfs's shared state (Linux's d_sb). Opaque here: the
+    /// cache (`vfs::dcache::sb_of`) knows its type, and this module stays
+    /// below it.
+    pub(crate) d_sb: *const (),
     /// Backend cookie recorded at lookup, handed to `revalidate` (d_time).
     pub(crate) d_time: AtomicU64,
     /// The name, zero padded, when it fits.
@@ -97,24 +99,6 @@ mod layout_rules {
 unsafe impl Send for Dentry {}
 // SAFETY: as above.
 unsafe impl Sync for Dentry {}
-
-/// The layout of `Dentry` for `dcache layout`.
-pub fn layout() -> crate::layout::TypeLayout {
-    crate::type_layout!(Dentry {
-        d_flags,
-        d_seq,
-        d_hash_next,
-        d_parent,
-        d_hash_len,
-        d_inode,
-        d_name_ext,
-        d_sb,
-        d_time,
-        d_iname,
-        d_children,
-        d_lockref
-    })
-}
 
 /// Incremental form of [`name_hash`]: the walker feeds it the words it
 /// reads anyway while looking for the next `/` (Linux's `hash_name` does
@@ -203,12 +187,7 @@ pub(crate) fn hash_len(hash: u32, len: usize) -> u64 {
 
 impl Dentry {
     /// A new dentry with count 1, not hashed.
-    pub(crate) fn new(
-        sb: *const crate::vfs::Super,
-        parent: *mut Dentry,
-        name: &[u8],
-        hash: u32,
-    ) -> Box<Dentry> {
+    pub(crate) fn new(sb: *const (), parent: *mut Dentry, name: &[u8], hash: u32) -> Box<Dentry> {
         let d = Box::new(Dentry {
             d_flags: AtomicU32::new(0),
             d_seq: SeqCount::new(),

@@ -277,11 +277,29 @@ impl TypeLayout {
 pub fn registry() -> Vec<TypeLayout> {
     vec![
         crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
-        crate::dentry::layout().with_hot(&["d_lockref"]),
+        dentry_layout().with_hot(&["d_lockref"]),
         // An open file as the Vfs makes them: its path is a dentry reference.
         crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Split>(),
         crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Packed>(),
     ]
+}
+
+/// The layout of `Dentry` for `dcache layout`.
+fn dentry_layout() -> TypeLayout {
+    crate::type_layout!(crate::dentry::Dentry {
+        d_flags,
+        d_seq,
+        d_hash_next,
+        d_parent,
+        d_hash_len,
+        d_inode,
+        d_name_ext,
+        d_sb,
+        d_time,
+        d_iname,
+        d_children,
+        d_lockref
+    })
 }
 
 #[cfg(test)]

@@ -37,4 +37,7 @@ pub mod vfs;
 
 pub use cred::{Caps, Cred};
 pub use errno::{Errno, Result};
-pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, StatMode, Vfs};
+pub use fs::{
+    Attr, Ctx, DirEntry, FileSystem, FileType, Ino, RenameFlags, SetAttr, SetTime, Timespec,
+};
+pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, StatMode, Vfs};

@@ -36,12 +36,17 @@ unsafe impl Send for Lru {}
 pub(crate) fn sb_of(d: &Dentry) -> &Super {
     // SAFETY: every dentry's d_sb points to the Super of the Vfs that owns
     // it, and the Super outlives all its dentries (teardown frees them first).
-    unsafe { &*d.d_sb }
+    unsafe { &*(d.d_sb as *const Super) }
 }
 
 /// Allocate the root dentry (count 1, held by the Vfs until teardown).
 pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
-    let d = Box::into_raw(Dentry::new(sb, std::ptr::null_mut(), b"/", name_hash(b"/")));
+    let d = Box::into_raw(Dentry::new(
+        sb.cast(),
+        std::ptr::null_mut(),
+        b"/",
+        name_hash(b"/"),
+    ));
     // SAFETY: freshly allocated, not shared yet.
     let dr = unsafe { &*d };
     // The root is its own parent, so `..` at the root stays there.
@@ -68,7 +73,12 @@ pub(crate) fn d_alloc_hashed(
 ) -> *mut Dentry {
     let hash = name_hash(name);
     loop {
-        let d = Box::into_raw(Dentry::new(sb, parent, name, hash));
+        let d = Box::into_raw(Dentry::new(
+            std::ptr::from_ref(sb).cast(),
+            parent,
+            name,
+            hash,
+        ));
         // SAFETY: freshly allocated.
         let dr = unsafe { &*d };
         dr.d_time.store(cookie, Ordering::Relaxed);
@@ -368,7 +378,7 @@ fn retire_dentry(sb: &Super, d: *mut Dentry) {
     unsafe fn free_dentry(p: *mut u8) {
         let p = p as *mut Dentry;
         // SAFETY: retired once after a grace period; the Super outlives it.
-        let sb = unsafe { &*(*p).d_sb };
+        let sb = unsafe { &*((*p).d_sb as *const Super) };
         sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
         // SAFETY: allocated as Box<Dentry> and now unreachable.
         drop(unsafe { Box::from_raw(p) });
