@@ -609,10 +609,13 @@ fn library_matches_tmpfs() {
     report("dcache", &cases, &want, &got);
 }
 
-/// Known to fail when written: with no_default_permissions the kernel
-/// checks no search permission itself and walks through dentries it has
-/// cached (here from root building the tree) without asking the daemon, so
-/// `stat`/`open` of `d0000/x` etc. succeed for users who may not search.
+/// With no_default_permissions the kernel checks no search permission
+/// itself and walks through dentries it has cached (here from root
+/// building the tree) without asking the daemon; the daemon therefore gives
+/// names in directories not everyone may search an entry timeout of 0, so
+/// every caller's walk reaches its LOOKUP check. (Failed when first
+/// written: `stat`/`open` of `d0000/x` succeeded for users who may not
+/// search.)
 #[test]
 fn mount_matches_tmpfs() {
     if !privileged("mount_matches_tmpfs") || !fuse_or_skip("mount_matches_tmpfs") {
@@ -636,4 +639,53 @@ fn mount_matches_tmpfs() {
         start.elapsed() - k
     );
     report("mount", &cases, &want, &got);
+}
+
+/// A directory that stops being searchable by everyone is closed at once,
+/// although names under it were cached with a timeout while it was open:
+/// the daemon has the kernel drop the directory's entry (and its subtree)
+/// when a chmod takes search permission away from anyone.
+#[test]
+fn a_directory_closed_by_chmod_is_closed_at_once() {
+    let t = "a_directory_closed_by_chmod_is_closed_at_once";
+    if !privileged(t) || !fuse_or_skip(t) {
+        return;
+    }
+    let d = Daemon::start("mem", &["-o", "no_default_permissions,allow_other"]);
+    let parent = d.mnt.parent().unwrap();
+    std::fs::set_permissions(parent, PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&d.mnt, PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = d.mnt.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("x"), b"x").unwrap();
+    let user: User = (1002, 300, &[]);
+    let x = cstr(&dir, "x");
+    let stat_x = || {
+        let x = x.clone();
+        as_user(user, move || {
+            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: a NUL-terminated path and an out-pointer of the type.
+            let r = unsafe { libc::stat(x.as_ptr(), st.as_mut_ptr()) };
+            if r == 0 {
+                0
+            } else {
+                Errno::last().raw()
+            }
+        })
+    };
+    assert_eq!(stat_x(), 0, "open directory");
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700)).unwrap();
+    // Give the invalidator thread a moment (it runs beside the handler).
+    let mut r = stat_x();
+    for _ in 0..50 {
+        if r != 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        r = stat_x();
+    }
+    assert_eq!(r, libc::EACCES, "closed directory");
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o755)).unwrap();
+    assert_eq!(stat_x(), 0, "open again");
 }

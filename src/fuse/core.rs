@@ -145,6 +145,18 @@ impl FuseCore {
             .unwrap_or(false)
     }
 
+    /// Node `id`'s parent node id and its name there, as the cache holds
+    /// them now (for invalidating the kernel's entry of it).
+    pub fn parent_and_name(&self, id: NodeId) -> Option<(u64, Vec<u8>)> {
+        let n = self.node(id).ok()?;
+        if n.ino().map(|i| self.ids.id(i)) == Some(super::nodes::ROOT_ID) {
+            return None;
+        }
+        let p = self.vfs.dget_parent(&n);
+        let pid = self.ids.id(p.ino()?);
+        Some((pid, n.name()))
+    }
+
     pub fn forget(&self, id: NodeId, n: u64) {
         self.nodes.forget(&self.vfs, id, n)
     }

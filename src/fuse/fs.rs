@@ -6,7 +6,8 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -18,6 +19,7 @@ use fuser::{
 
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
+use crate::permission::search_for_all;
 use crate::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
@@ -58,7 +60,13 @@ pub struct DcacheFs {
     report: Arc<OnceLock<Report>>,
     /// Set once the session is mounted, if it busy-polls (`poll_us`).
     poll: Arc<OnceLock<Arc<Poller>>>,
+    /// Set once the session is mounted: (parent node, name) entries for a
+    /// thread that asks the kernel to drop them (never from a handler).
+    inval: InvalSlot,
 }
+
+/// Where the session puts the sender of its entry invalidator.
+pub type InvalSlot = Arc<OnceLock<Mutex<Sender<(u64, Vec<u8>)>>>>;
 
 fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
@@ -88,7 +96,13 @@ impl DcacheFs {
             cfg,
             report: Arc::new(OnceLock::new()),
             poll: Arc::new(OnceLock::new()),
+            inval: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Where the session's entry invalidator goes once it is mounted.
+    pub fn inval_slot(&self) -> InvalSlot {
+        self.inval.clone()
     }
 
     pub fn vfs(&self) -> &Vfs {
@@ -127,6 +141,15 @@ impl DcacheFs {
             Caps::NONE
         };
         Cred::of_task(req.uid(), req.gid(), req.pid(), caps)
+    }
+
+    /// Queue an invalidation of node `id`'s entry in its parent (sent by
+    /// the session's invalidator thread, outside any handler).
+    fn invalidate_entry_of(&self, id: NodeId) {
+        let (Some(tx), Some(e)) = (self.inval.get(), self.core.parent_and_name(id)) else {
+            return;
+        };
+        let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(e);
     }
 
     /// Every request: tell the poller (if any) that work arrived.
@@ -289,11 +312,24 @@ impl Filesystem for DcacheFs {
         // A handle (ftruncate, futimens) names the same node: the change
         // goes to the node either way.
         let set = set_attr(mode, uid, gid, size, atime, mtime);
+        // A directory that stops being searchable by everyone: the kernel
+        // may still hold names under it with their timeouts, which it would
+        // serve to callers who may no longer search there (it checks no
+        // search permission itself under no_default_permissions). Ask it to
+        // drop the directory's entry, and with it the subtree.
+        let watch = self.cfg.check_permissions
+            && set.perm.is_some()
+            && self.core.searchable_by_all(node(ino));
         match self
             .core
             .setattr(&self.cred(req), node(ino), &set, _fh.is_some())
         {
-            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(&a)),
+            Ok(a) => {
+                reply.attr(&self.cfg.timeouts.attr, &file_attr(&a));
+                if watch && !search_for_all(a.mode()) {
+                    self.invalidate_entry_of(node(ino));
+                }
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -55,7 +55,7 @@ use crate::fs::FileSystem;
 use crate::Vfs;
 
 use super::backend::Backend;
-use super::fs::{DcacheFs, FsConfig};
+use super::fs::{DcacheFs, FsConfig, InvalSlot};
 use super::options::{MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
@@ -93,6 +93,7 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     let report = fs.report_slot();
     let stats = fs.stats();
     let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
     let config = req
         .options
         .fuser_config(req.single_threaded, &req.backend.fsname());
@@ -112,6 +113,7 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         let _ = poll.set(p);
     }
     let session = session.spawn().map_err(|e| format!("session: {e}"))?;
+    start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
     let pruner = Pruner {
         notifier: session.notifier(),
         mountpoint: at,
@@ -145,6 +147,24 @@ fn join(bg: BackgroundSession) -> io::Result<()> {
 /// threads would never end.
 fn abandon(bg: BackgroundSession) {
     let _ = ManuallyDrop::new(bg);
+}
+
+/// A thread that sends the kernel the entry invalidations handlers queue
+/// (a handler must not send one itself: the kernel may hold the locks the
+/// notification needs until that very handler replies). It ends when the
+/// filesystem, which holds the sender, is gone.
+fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+    std::thread::Builder::new()
+        .name("dcache-inval".into())
+        .spawn(move || {
+            for (parent, name) in rx {
+                // ENOENT: the kernel held nothing under that name.
+                let _ = notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name));
+            }
+        })?;
+    let _ = slot.set(std::sync::Mutex::new(tx));
+    Ok(())
 }
 
 /// Makes the kernel forget what it caches but does not use.
@@ -258,6 +278,7 @@ pub fn mount(
     let report = fs.report_slot();
     let stats = fs.stats();
     let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
     let config = options.fuser_config(false, "dcache");
     // Before mounting: afterwards a lookup of the mount point would wait
     // for workers that do not run yet.
@@ -268,6 +289,7 @@ pub fn mount(
         let _ = poll.set(Poller::start(session.as_fd(), w)?);
     }
     let session = session.spawn()?;
+    start_invalidator(session.notifier(), &inval)?;
     Ok(Mounted {
         own,
         pruner: Pruner {
