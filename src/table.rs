@@ -14,7 +14,7 @@
 //! The table is sized once from a capacity (`Config::capacity`), so readers
 //! never meet a resize.
 
-use crate::dentry::{hash_len, Dentry, D_HASHED, D_KILLED};
+use crate::dentry::{hash_len, Dentry, D_KILLED};
 use crate::sync::{spin_hint, yield_now, AtomicPtr, Ordering};
 
 const LOCK_BIT: usize = 1;
@@ -111,18 +111,6 @@ impl Table {
             // the caller's later check of that same sample. Comparing first
             // and sampling after could pair an old match with a new seq.
             let seq = d.d_seq.raw_begin();
-            // A dentry already removed from the table can still be reached
-            // through a chain link read before the removal; skip it (Linux's
-            // `d_unhashed` test here). Its unhash cleared D_HASHED before
-            // invalidating d_seq (Release), so a sample taken after the
-            // invalidation (Acquire) sees the flag cleared; one taken before
-            // fails the caller's later d_seq check. Without this test a
-            // killed dentry met this way could look negative under a d_seq
-            // that no longer moves: a wrong ENOENT.
-            if d.flags() & D_HASHED == 0 {
-                p = d.d_hash_next.load(Ordering::SeqCst);
-                continue;
-            }
             // Relaxed: validated by the d_seq sample above and the caller.
             if d.d_hash_len.load(Ordering::Relaxed) == want
                 && std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)

@@ -28,6 +28,16 @@ use super::stats::Stats;
 pub struct Entry {
     pub id: u64,
     pub attr: Attr,
+    /// The directory the name is in may be searched by everyone (its mode
+    /// has 0111): with dcache checking permissions, only such names may be
+    /// cached by the kernel (see `DcacheFs::entry_ttl`).
+    pub open_parent: bool,
+}
+
+/// Whether everyone may search the directory `d` (mode has 0111).
+fn open_dir(d: &DentryRef<'_>) -> bool {
+    d.inode()
+        .is_some_and(|i| i.is_dir() && search_for_all(i.mode()))
 }
 
 /// Adds one readdir entry `(ino, offset, kind, name)` to a reply; true
@@ -99,10 +109,14 @@ impl FuseCore {
     }
 
     /// Count a kernel lookup of `d` for an entry reply.
-    fn entry(&self, d: DentryRef<'_>) -> Result<Entry> {
+    fn entry(&self, d: DentryRef<'_>, open_parent: bool) -> Result<Entry> {
         let attr = self.shown(self.vfs.getattr_dentry(&d)?);
         let id = self.nodes.hand_out(d)?;
-        Ok(Entry { id, attr })
+        Ok(Entry {
+            id,
+            attr,
+            open_parent,
+        })
     }
 
     /// `Ok(None)`: the name does not exist (a negative entry).
@@ -113,12 +127,14 @@ impl FuseCore {
     /// ([`Nodes::hand_out_held`]). Anything else takes the counted path.
     pub fn lookup(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
+        let open_parent = open_dir(&p);
         let fast = self
             .vfs
             .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |d, a| {
                 self.nodes.hand_out_held(d).map(|id| Entry {
                     id,
                     attr: Attr { ino: id, ..*a },
+                    open_parent,
                 })
             });
         let r = match fast {
@@ -127,7 +143,7 @@ impl FuseCore {
                 .vfs
                 .as_cred(cred)
                 .lookup(At::Dir(p.dentry()), name, false)
-                .and_then(|d| self.entry(d)),
+                .and_then(|d| self.entry(d, open_parent)),
         };
         match r {
             Ok(e) => Ok(Some(e)),
@@ -191,7 +207,7 @@ impl FuseCore {
             .vfs
             .as_cred(cred)
             .mknod(At::Dir(p.dentry()), name, kind, perm, rdev)?;
-        self.entry(d)
+        self.entry(d, open_dir(&p))
     }
 
     pub fn mkdir(&self, cred: &Cred, parent: NodeId, name: &[u8], mode: u32) -> Result<Entry> {
@@ -200,7 +216,7 @@ impl FuseCore {
             .vfs
             .as_cred(cred)
             .mkdir(At::Dir(p.dentry()), name, (mode & 0o7777) as u16)?;
-        self.entry(d)
+        self.entry(d, open_dir(&p))
     }
 
     pub fn symlink(
@@ -215,7 +231,7 @@ impl FuseCore {
             .vfs
             .as_cred(cred)
             .symlink(target, At::Dir(p.dentry()), name)?;
-        self.entry(d)
+        self.entry(d, open_dir(&p))
     }
 
     /// `link(id, newparent, newname)`: another name for the node's inode,
@@ -232,7 +248,7 @@ impl FuseCore {
         let d = self
             .vfs
             .link_dentry_as(cred, &n, At::Dir(np.dentry()), newname)?;
-        self.entry(d)
+        self.entry(d, open_dir(&np))
     }
 
     pub fn unlink(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
@@ -303,7 +319,7 @@ impl FuseCore {
             self.vfs
                 .as_cred(cred)
                 .open(At::Dir(p.dentry()), name, flags | libc::O_CREAT, perm)?;
-        let entry = self.entry(f.dentry().clone())?;
+        let entry = self.entry(f.dentry().clone(), open_dir(&p))?;
         Ok((entry, self.handles.insert(f)))
     }
 

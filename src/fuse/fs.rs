@@ -186,19 +186,21 @@ impl DcacheFs {
     /// kernel checks no search permission itself, so a name it cached for
     /// one caller would be served to another who may not search there;
     /// asking each time lets the LOOKUP check it for every caller.
-    fn entry_ttl(&self, parent: INodeNo) -> Duration {
-        if self.cfg.check_permissions && !self.core.searchable_by_all(node(parent)) {
+    /// `open_parent`: everyone may search the directory (the core says so
+    /// with each entry, from the node it already holds).
+    fn entry_ttl(&self, open_parent: bool) -> Duration {
+        if self.cfg.check_permissions && !open_parent {
             Duration::ZERO
         } else {
             self.cfg.timeouts.entry
         }
     }
 
-    fn reply_entry(&self, parent: INodeNo, reply: ReplyEntry, r: Result<Entry>) {
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<Entry>) {
         match r {
             Ok(e) => reply.entry_with_ttls(
                 &self.cfg.timeouts.attr,
-                &self.entry_ttl(parent),
+                &self.entry_ttl(e.open_parent),
                 &file_attr(&e.attr),
                 GENERATION,
             ),
@@ -261,9 +263,12 @@ impl Filesystem for DcacheFs {
             .core
             .lookup(&self.cred(_req), node(parent), name.as_bytes())
         {
-            Ok(Some(e)) => self.reply_entry(parent, reply, Ok(e)),
+            Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
             Ok(None)
-                if !self.cfg.timeouts.negative.is_zero() && !self.entry_ttl(parent).is_zero() =>
+                if !self.cfg.timeouts.negative.is_zero()
+                    && !self
+                        .entry_ttl(self.core.searchable_by_all(node(parent)))
+                        .is_zero() =>
             {
                 reply.entry_with_ttls(
                     &Duration::ZERO,
@@ -356,7 +361,7 @@ impl Filesystem for DcacheFs {
         let r = self
             .core
             .mknod(&self.cred(req), node(parent), name.as_bytes(), mode, rdev);
-        self.reply_entry(parent, reply, r);
+        self.reply_entry(reply, r);
     }
 
     fn mkdir(
@@ -372,7 +377,7 @@ impl Filesystem for DcacheFs {
         let r = self
             .core
             .mkdir(&self.cred(req), node(parent), name.as_bytes(), mode);
-        self.reply_entry(parent, reply, r);
+        self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -408,7 +413,7 @@ impl Filesystem for DcacheFs {
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
-        self.reply_entry(parent, reply, r);
+        self.reply_entry(reply, r);
     }
 
     fn rename(
@@ -448,7 +453,7 @@ impl Filesystem for DcacheFs {
             node(newparent),
             newname.as_bytes(),
         );
-        self.reply_entry(newparent, reply, r);
+        self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -577,7 +582,10 @@ impl Filesystem for DcacheFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.touch();
-        let (attr_ttl, entry_ttl) = (self.cfg.timeouts.attr, self.entry_ttl(ino));
+        let (attr_ttl, entry_ttl) = (
+            self.cfg.timeouts.attr,
+            self.entry_ttl(self.core.searchable_by_all(node(ino))),
+        );
         // fuser sends one timeout per entry for both the name and the
         // attributes: the shorter one keeps both promises.
         let ttl = attr_ttl.min(entry_ttl);
@@ -647,7 +655,7 @@ impl Filesystem for DcacheFs {
         {
             // fuser sends one timeout for the name and the attributes.
             Ok((e, fh)) => reply.created(
-                &self.entry_ttl(parent).min(self.cfg.timeouts.attr),
+                &self.entry_ttl(e.open_parent).min(self.cfg.timeouts.attr),
                 &file_attr(&e.attr),
                 GENERATION,
                 FileHandle(fh.raw()),

@@ -351,9 +351,11 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
     unhash_locked(sb, d, &g);
     d.set_flags(D_KILLED);
     // Clear the inode inside a d_seq write section (Linux's
-    // dentry_unlink_inode), so that a reader that sampled d_seq after the
-    // unhash above still sees it move: the dentry must never look negative
-    // under an unchanged d_seq.
+    // dentry_unlink_inode). A walker can still reach this dentry through a
+    // chain link it read before the unhash above, and sample d_seq after
+    // the unhash's invalidation: without a second change here it would
+    // then see the inode gone under an unchanged d_seq and answer ENOENT
+    // for a name that exists (tests/stress.rs has the race).
     d.d_seq.write_begin();
     // SeqCst: RCU-published pointer.
     let inode = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);

@@ -788,6 +788,17 @@ impl Vfs {
             return Step::End(RcuWalk::Fallback);
         }
         let Some(inode) = inode else {
+            // A negative answer only from a dentry still in the table: one
+            // already unhashed (killed or dropped) can be reached through a
+            // chain link read before its removal, with a d_seq sampled
+            // after it, and must not say ENOENT for a name that may exist
+            // (Linux skips unhashed dentries in __d_lookup_rcu; here only
+            // the negative case pays for the test). Its unhash cleared
+            // D_HASHED before invalidating d_seq (Release), so a sample
+            // taken after that (Acquire) sees the flag cleared.
+            if dd.flags() & D_HASHED == 0 {
+                return Step::End(RcuWalk::Fallback);
+            }
             if c.last && st.allow_negative {
                 return Step::Enter(d, dseq, false);
             }
