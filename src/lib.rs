@@ -11,6 +11,11 @@
 //! All lock-free code reaches atomics through [`sync`], so it also builds
 //! under loom (`RUSTFLAGS="--cfg loom"`).
 
+// Every unsafe operation inside an `unsafe fn` needs its own block, and
+// every block its `// SAFETY:` line.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 #[cfg(not(loom))]
 pub mod bench;
 pub mod cache_aligned;
