@@ -147,3 +147,37 @@ fn a_read_section_serves_many_calls_while_names_change() {
     assert_eq!(c.dentries(), 0);
     assert_eq!(c.allocated(), 0);
 }
+
+/// Rename loops are refused by the VFS, before any permission check, as in
+/// Linux's do_renameat2: a caller without write permission anywhere still
+/// gets EINVAL for moving a directory below itself, and ENOTEMPTY for
+/// replacing an ancestor of the source.
+#[test]
+fn rename_loops_are_refused_before_permissions() {
+    let vfs = tree();
+    let user = Cred::user(1000, 1000, &[]);
+    let u = vfs.as_cred(&user);
+    let none = dcache::RenameFlags::NONE;
+    assert_eq!(
+        u.rename(At::Root, "open", At::Root, "open/deep/x", none),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        u.rename(At::Root, "open", At::Root, "open/x", none),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        u.rename(At::Root, "open/deep/file", At::Root, "open", none),
+        Err(Errno::ENOTEMPTY)
+    );
+    // Without a loop, the same caller meets the permission check.
+    assert_eq!(
+        u.rename(At::Root, "open/deep/file", At::Root, "open/y", none),
+        Err(Errno::EACCES)
+    );
+    // And root gets the same loop errors.
+    assert_eq!(
+        vfs.rename(At::Root, "open", At::Root, "open/deep/x", none),
+        Err(Errno::EINVAL)
+    );
+}

@@ -3,7 +3,8 @@
 //! rename or unlink. The walker may give up (fall back to ref-walk), but
 //! when it answers, the answer must be one that was true at some instant
 //! of its walk; an answer from before a change that had completed when
-//! the walk started is a bug.
+//! the walk started is a bug. And rcu-walk must answer in some
+//! interleavings (a walker that always gave up would pass the rest).
 
 use std::sync::Arc as StdArc;
 
@@ -54,7 +55,14 @@ fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
 /// One walker resolving `path` in rcu mode while another thread runs
 /// `mutate`; `check` judges the walker's answer, given the inode of p/f and
 /// whether `mutate` had finished before the walk started.
+///
+/// The walker may give up in any one interleaving, but a walk that gave up
+/// in all of them would pass every check while proving nothing: some
+/// interleavings must be answered by rcu-walk itself.
 fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Errno>>, u64, bool)) {
+    // std, not loom: a tally across the model's executions, outside them.
+    let answered = StdArc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tally = answered.clone();
     builder().check(move || {
         let (vfs, f) = setup();
         let done = Arc::new(AtomicBool::new(false));
@@ -66,9 +74,17 @@ fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Er
             })
         };
         let after = done.load(Ordering::SeqCst);
-        check(rcu_ino(&vfs, path), f, after);
+        let r = rcu_ino(&vfs, path);
+        if r.is_some() {
+            tally.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        check(r, f, after);
         t.join().unwrap();
     });
+    assert!(
+        answered.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "rcu-walk gave up in every interleaving"
+    );
 }
 
 fn rename_f_to_g(vfs: &Vfs) {

@@ -596,6 +596,20 @@ impl Vfs {
         if flags.noreplace && !nd.is_negative() {
             return Err(Errno::EEXIST);
         }
+        // Loops, in the VFS as Linux checks them (do_renameat2's trap): a
+        // directory may not move into itself or below itself (EINVAL), and
+        // the target may not be an ancestor of the source (ENOTEMPTY; EINVAL
+        // for an exchange). Parents cannot change under the rename lock.
+        if oinode.kind == FileType::Directory && is_ancestor_or_self(od.dentry(), np.dentry()) {
+            return Err(Errno::EINVAL);
+        }
+        if !nd.is_negative() && is_ancestor_or_self(nd.dentry(), op.dentry()) {
+            return Err(if flags.exchange {
+                Errno::EINVAL
+            } else {
+                Errno::ENOTEMPTY
+            });
+        }
         if let Some(ni) = nd.inode() {
             if std::ptr::eq(ni, oinode) {
                 // Two names of one file: POSIX says do nothing.
@@ -1008,6 +1022,25 @@ impl Vfs {
             flags,
             kill_priv: false,
         })
+    }
+}
+
+/// Whether `anc` is `d` or one of its ancestors. The caller holds the
+/// rename lock (no parent changes) and a reference on `d`, whose ancestors
+/// are pinned by their children.
+fn is_ancestor_or_self(anc: &Dentry, d: &Dentry) -> bool {
+    let mut cur: *const Dentry = d;
+    loop {
+        if std::ptr::eq(cur, anc) {
+            return true;
+        }
+        // SAFETY: `cur` is `d` or an ancestor of it, pinned (see above).
+        let parent = unsafe { &*cur }.parent_ptr() as *const Dentry;
+        if std::ptr::eq(parent, cur) {
+            // The root is its own parent.
+            return false;
+        }
+        cur = parent;
     }
 }
 
