@@ -14,6 +14,7 @@ mod as_cred;
 pub(crate) mod dcache;
 #[cfg(all(test, loom))]
 mod loom_walk;
+mod open;
 mod ops;
 mod section;
 mod walk;
@@ -33,7 +34,7 @@ use crate::seqcount::SeqCount;
 use crate::table::Table;
 
 pub use as_cred::{AsCred, AT_EACCESS};
-pub use ops::OpenFile;
+pub use open::OpenFile;
 pub use section::{ReadSection, REFRESH_EVERY};
 
 /// The credential the `Vfs`'s own methods act with (every capability).

@@ -1,5 +1,5 @@
 //! Namespace operations (create, mkdir, unlink, rmdir, rename, symlink,
-//! link, readlink, readdir, setattr) and open files.
+//! link, readlink, readdir, setattr); opening files is [`super::open`].
 //!
 //! Each change locks the parent directory's `i_rwsem` for writing, looks
 //! the name up under it (so no slow lookup can cache a stale answer
@@ -11,98 +11,18 @@
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
 use super::walk::check_path;
 use super::{root_cred, At, DentryRef, Super, Vfs};
-use crate::cred::{Caps, Cred};
+use crate::cred::Cred;
 use crate::dentry::{name_hash, Dentry, ExtName, D_HASHED};
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr, SetTime, StatFs, NAME_MAX};
 use crate::inode::Inode;
 use crate::permission::{
-    self, generic_permission, may_create, may_delete, may_search, open_mask, MAY_READ, MAY_WRITE,
+    self, generic_permission, may_create, may_delete, may_search, MAY_READ, MAY_WRITE,
 };
 use crate::sync::Ordering;
 
-/// An open file: a counted reference to its dentry plus the backend handle.
-/// Closing (or dropping) it releases the backend handle once.
-pub struct OpenFile<'v> {
-    vfs: &'v Vfs,
-    dentry: Option<DentryRef<'v>>,
-    ino: u64,
-    fh: u64,
-    flags: i32,
-    /// Opened by a caller without CAP_FSETID: a write drops set-id bits.
-    kill_priv: bool,
-}
-
-impl<'v> OpenFile<'v> {
-    pub fn dentry(&self) -> &DentryRef<'v> {
-        self.dentry.as_ref().expect("open file without dentry")
-    }
-    pub fn ino(&self) -> u64 {
-        self.ino
-    }
-    pub fn fh(&self) -> u64 {
-        self.fh
-    }
-    pub fn flags(&self) -> i32 {
-        self.flags
-    }
-
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_WRONLY {
-            return Err(Errno::EBADF);
-        }
-        self.vfs.sb().fs.read(self.ino, self.fh, offset, buf)
-    }
-
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_RDONLY {
-            return Err(Errno::EBADF);
-        }
-        let n = self.vfs.sb().fs.write(self.ino, self.fh, offset, data)?;
-        if let Some(i) = self.dentry().inode() {
-            self.vfs.refresh(i);
-            if self.kill_priv {
-                self.vfs.kill_priv(i);
-            }
-        }
-        Ok(n)
-    }
-
-    /// Release the backend handle and the dentry reference.
-    pub fn close(mut self) -> Result<()> {
-        self.release()
-    }
-
-    fn release(&mut self) -> Result<()> {
-        match self.dentry.take() {
-            Some(d) => {
-                let r = self.vfs.sb().fs.release(self.ino, self.fh);
-                drop(d);
-                r
-            }
-            None => Ok(()),
-        }
-    }
-}
-
-impl std::fmt::Debug for OpenFile<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenFile")
-            .field("ino", &self.ino)
-            .field("fh", &self.fh)
-            .field("flags", &self.flags)
-            .finish()
-    }
-}
-
-impl Drop for OpenFile<'_> {
-    fn drop(&mut self) {
-        let _ = self.release();
-    }
-}
-
 /// Split `path` into (parent path, last component, trailing slash).
-fn split_last(path: &[u8]) -> (&[u8], &[u8], bool) {
+pub(super) fn split_last(path: &[u8]) -> (&[u8], &[u8], bool) {
     let mut end = path.len();
     while end > 0 && path[end - 1] == b'/' {
         end -= 1;
@@ -115,7 +35,7 @@ fn split_last(path: &[u8]) -> (&[u8], &[u8], bool) {
     }
 }
 
-fn is_dot_or_dotdot(name: &[u8]) -> bool {
+pub(super) fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
@@ -124,7 +44,7 @@ impl Vfs {
     /// trailing slash). The name is empty when the path names the root.
     /// Search permission is checked on every directory walked, the parent
     /// included (it is searched for the last name).
-    fn walk_parent<'v, 'p>(
+    pub(super) fn walk_parent<'v, 'p>(
         &'v self,
         cred: &Cred,
         at: At<'_>,
@@ -155,23 +75,6 @@ impl Vfs {
             }
             Some(_) => Err(Errno::ENOTDIR),
             None => Err(Errno::ENOENT),
-        }
-    }
-
-    /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID
-    /// where group-executable (`file_remove_privs`).
-    fn kill_priv(&self, inode: &Inode) {
-        let Some(perm) = permission::mode_after_chown(inode.perm()) else {
-            return;
-        };
-        let set = SetAttr {
-            perm: Some(perm),
-            ..SetAttr::default()
-        };
-        if let Ok(a) = self.sb().fs.setattr(inode.ino, &set, Ctx::ROOT) {
-            if a.kind == inode.kind {
-                inode.set_attr(&a);
-            }
         }
     }
 
@@ -879,149 +782,6 @@ impl Vfs {
 
     pub fn statfs(&self) -> Result<StatFs> {
         self.sb().fs.statfs()
-    }
-
-    /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
-    /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
-    pub fn open(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        flags: i32,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<OpenFile<'_>> {
-        self.open_as(root_cred(), at, path.as_ref(), flags, perm, ctx)
-    }
-
-    /// `openat(2)` on behalf of `cred`: search on the way, write and search
-    /// on the directory to create a name, and read/write permission on an
-    /// existing file by access mode and O_TRUNC (a file this call created
-    /// is opened without a check, as Linux does).
-    pub(crate) fn open_as<'v>(
-        &'v self,
-        cred: &Cred,
-        at: At<'_>,
-        path: &[u8],
-        flags: i32,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<OpenFile<'v>> {
-        let nofollow = flags & libc::O_NOFOLLOW != 0;
-        let (d, created) = if flags & libc::O_CREAT != 0 {
-            self.open_create(cred, at, path, flags, perm, ctx)?
-        } else {
-            check_path(path)?;
-            (self.lookup_as(cred, at, path, !nofollow)?, false)
-        };
-        let flags = flags & !(libc::O_CREAT | libc::O_EXCL);
-        if created {
-            self.open_dentry(&d, flags & !libc::O_TRUNC)
-        } else {
-            self.open_dentry_as(cred, &d, flags)
-        }
-    }
-
-    /// The dentry to open and whether this call created it.
-    fn open_create<'v>(
-        &'v self,
-        cred: &Cred,
-        at: At<'_>,
-        path: &[u8],
-        flags: i32,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<(DentryRef<'v>, bool)> {
-        let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
-        if trailing || name.is_empty() || is_dot_or_dotdot(name) {
-            return Err(Errno::EISDIR);
-        }
-        let dir = parent.inode().ok_or(Errno::ENOENT)?;
-        let w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
-        let d = self.lookup_one(&parent, name, true)?;
-        if d.is_negative() {
-            may_create(cred, dir.perm())?;
-            let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
-            let attr = self.sb().fs.create(dir.ino, name, perm, ctx)?;
-            d_instantiate(self.sb(), d.dentry(), &attr);
-            self.refresh(dir);
-            return Ok((d, true));
-        }
-        if flags & libc::O_EXCL != 0 {
-            return Err(Errno::EEXIST);
-        }
-        if d.kind() == Some(FileType::Symlink) {
-            if flags & libc::O_NOFOLLOW != 0 {
-                return Err(Errno::ELOOP);
-            }
-            drop(w);
-            drop(d);
-            return Ok((
-                self.lookup_as(cred, At::Dir(parent.dentry()), name, true)?,
-                false,
-            ));
-        }
-        Ok((d, false))
-    }
-
-    /// Open a dentry the caller holds on behalf of `cred` (Linux's
-    /// `may_open`: the type checks, then read/write permission).
-    pub fn open_dentry_as<'v>(
-        &'v self,
-        cred: &Cred,
-        d: &DentryRef<'v>,
-        flags: i32,
-    ) -> Result<OpenFile<'v>> {
-        let i = d.inode().ok_or(Errno::ENOENT)?;
-        let acc = flags & libc::O_ACCMODE;
-        match i.kind {
-            FileType::Symlink if flags & libc::O_PATH == 0 => return Err(Errno::ELOOP),
-            FileType::Directory if acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0 => {
-                return Err(Errno::EISDIR)
-            }
-            _ => {}
-        }
-        if flags & libc::O_PATH == 0 {
-            generic_permission(cred, i.perm(), open_mask(flags))?;
-        }
-        let mut f = self.open_dentry(d, flags)?;
-        f.kill_priv = !cred.has(Caps::FSETID);
-        // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
-            self.kill_priv(i);
-        }
-        Ok(f)
-    }
-
-    /// Open a dentry the caller holds (FUSE open by node id).
-    pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
-        let i = d.inode().ok_or(Errno::ENOENT)?;
-        let acc = flags & libc::O_ACCMODE;
-        match i.kind {
-            FileType::Symlink if flags & libc::O_PATH == 0 => return Err(Errno::ELOOP),
-            FileType::Directory if acc != libc::O_RDONLY => return Err(Errno::EISDIR),
-            k if k != FileType::Directory && flags & libc::O_DIRECTORY != 0 => {
-                return Err(Errno::ENOTDIR)
-            }
-            _ => {}
-        }
-        // Linux truncates with O_RDONLY too (open checked write permission).
-        if flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
-            let set = SetAttr {
-                size: Some(0),
-                ..SetAttr::default()
-            };
-            self.setattr_dentry(d, &set, Ctx::ROOT)?;
-        }
-        let fh = self.sb().fs.open(i.ino, flags)?;
-        Ok(OpenFile {
-            vfs: self,
-            dentry: Some(d.clone()),
-            ino: i.ino,
-            fh,
-            flags,
-            kill_priv: false,
-        })
     }
 }
 
