@@ -203,18 +203,11 @@ impl Vfs {
         flags: i32,
     ) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        let acc = flags & libc::O_ACCMODE;
-        match i.kind {
-            FileType::Symlink if flags & libc::O_PATH == 0 => return Err(Errno::ELOOP),
-            FileType::Directory if acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0 => {
-                return Err(Errno::EISDIR)
-            }
-            _ => {}
-        }
+        open_type(i.kind, flags)?;
         if flags & libc::O_PATH == 0 {
             generic_permission(cred, i.perm(), open_mask(flags))?;
         }
-        let mut f = self.open_dentry(d, flags)?;
+        let mut f = self.open_checked(d, i, flags)?;
         f.kill_priv = !cred.has(Caps::FSETID);
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
         if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
@@ -223,18 +216,21 @@ impl Vfs {
         Ok(f)
     }
 
-    /// Open a dentry the caller holds (FUSE open by node id).
+    /// Open a dentry the caller holds (FUSE open by node id), with the
+    /// type checks and no permission check.
     pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        let acc = flags & libc::O_ACCMODE;
-        match i.kind {
-            FileType::Symlink if flags & libc::O_PATH == 0 => return Err(Errno::ELOOP),
-            FileType::Directory if acc != libc::O_RDONLY => return Err(Errno::EISDIR),
-            k if k != FileType::Directory && flags & libc::O_DIRECTORY != 0 => {
-                return Err(Errno::ENOTDIR)
-            }
-            _ => {}
-        }
+        open_type(i.kind, flags)?;
+        self.open_checked(d, i, flags)
+    }
+
+    /// The open itself, once the checks passed: O_TRUNC, then the backend.
+    fn open_checked<'v>(
+        &'v self,
+        d: &DentryRef<'v>,
+        i: &Inode,
+        flags: i32,
+    ) -> Result<OpenFile<'v>> {
         // Linux truncates with O_RDONLY too (open checked write permission).
         if flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
             let set = SetAttr {
@@ -252,5 +248,20 @@ impl Vfs {
             flags,
             kill_priv: false,
         })
+    }
+}
+
+/// `may_open`'s type checks: a symlink is ELOOP (unless O_PATH), a
+/// directory EISDIR for writing or truncating, a non-directory ENOTDIR
+/// under O_DIRECTORY.
+fn open_type(kind: FileType, flags: i32) -> Result<()> {
+    let acc = flags & libc::O_ACCMODE;
+    match kind {
+        FileType::Symlink if flags & libc::O_PATH == 0 => Err(Errno::ELOOP),
+        FileType::Directory if acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0 => {
+            Err(Errno::EISDIR)
+        }
+        k if k != FileType::Directory && flags & libc::O_DIRECTORY != 0 => Err(Errno::ENOTDIR),
+        _ => Ok(()),
     }
 }
