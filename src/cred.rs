@@ -260,6 +260,15 @@ mod tests {
         assert!(Cred::root().has(Caps::FOWNER.union(Caps::CHOWN)));
     }
 
+    #[test]
+    fn groups_line() {
+        let s = "Name:\tx\nUid:\t0\t0\t0\t0\nGroups:\t4 24 100 \nNgid:\t0\n";
+        assert_eq!(parse_groups(s), vec![4, 24, 100]);
+        assert_eq!(parse_groups("Groups:\n"), Vec::<u32>::new());
+        #[cfg(not(miri))]
+        assert!(task_groups(u32::MAX).is_empty());
+    }
+
     #[cfg(not(miri))]
     #[test]
     fn current_matches_the_thread() {

@@ -307,6 +307,59 @@ mod tests {
         );
     }
 
+    /// access(2)'s cases (what FUSE ACCESS answers), as the frontend's own
+    /// check answered them before it used these rules.
+    #[test]
+    fn access_cases() {
+        let (r, w, x) = (MAY_READ, MAY_WRITE, MAY_EXEC);
+        let f = file(0o640, 1000, 100);
+        assert_eq!(
+            generic_permission(&Cred::user(1000, 1, &[]), f, r | w),
+            Ok(())
+        );
+        assert_eq!(
+            generic_permission(&Cred::user(1000, 1, &[]), f, x),
+            Err(Errno::EACCES)
+        );
+        assert_eq!(
+            generic_permission(&Cred::user(2000, 100, &[]), f, r),
+            Ok(())
+        );
+        assert_eq!(
+            generic_permission(&Cred::user(2000, 100, &[]), f, w),
+            Err(Errno::EACCES)
+        );
+        assert_eq!(
+            generic_permission(&Cred::user(2000, 200, &[]), f, r),
+            Err(Errno::EACCES)
+        );
+        let g = file(0o077, 1000, 100);
+        assert_eq!(
+            generic_permission(&Cred::user(1000, 100, &[]), g, r),
+            Err(Errno::EACCES)
+        );
+        let s = file(0o060, 1000, 100);
+        assert_eq!(
+            generic_permission(&Cred::user(2000, 5, &[7, 100]), s, r | w),
+            Ok(())
+        );
+        assert_eq!(
+            generic_permission(&Cred::user(2000, 5, &[]), s, r),
+            Err(Errno::EACCES)
+        );
+        let root = Cred::root();
+        assert_eq!(generic_permission(&root, file(0, 1000, 100), r | w), Ok(()));
+        assert_eq!(
+            generic_permission(&root, file(0, 1000, 100), x),
+            Err(Errno::EACCES)
+        );
+        assert_eq!(generic_permission(&root, file(0o001, 1000, 100), x), Ok(()));
+        assert_eq!(
+            generic_permission(&root, dir(0, 1000, 100), r | w | x),
+            Ok(())
+        );
+    }
+
     #[test]
     fn sticky_and_ownership_rules() {
         let u = Cred::user(1000, 100, &[]);

@@ -12,12 +12,11 @@
 use crate::cred::Cred;
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
-use crate::permission::search_for_all;
+use crate::permission::{generic_permission, search_for_all};
 use crate::sync::Arc;
 use crate::vfs::At;
 use crate::{DentryRef, OpenFile, Vfs};
 
-use super::access::{self, Caller};
 use super::attr::mknod_kind;
 use super::handles::{Fh, Handles};
 use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
@@ -155,10 +154,7 @@ impl FuseCore {
     /// Whether everyone may search directory `id` (its mode has 0111);
     /// false for an unknown node or a non-directory.
     pub fn searchable_by_all(&self, id: NodeId) -> bool {
-        self.node(id)
-            .ok()
-            .and_then(|n| n.inode().map(|i| i.is_dir() && search_for_all(i.mode())))
-            .unwrap_or(false)
+        self.node(id).is_ok_and(|n| open_dir(&n))
     }
 
     /// Node `id`'s parent node id and its name there, as the cache holds
@@ -431,18 +427,17 @@ impl FuseCore {
         self.vfs.statfs()
     }
 
-    pub fn access(&self, id: NodeId, uid: u32, gid: u32, pid: u32, mask: i32) -> Result<()> {
-        let a = self.vfs.getattr_dentry(&*self.node(id)?)?;
-        let groups = || access::proc_groups(pid);
-        access::check(
-            &a,
-            &Caller {
-                uid,
-                gid,
-                groups: &groups,
-            },
-            mask,
-        )
+    /// ACCESS (sent only without `default_permissions`, for `access(2)`,
+    /// whose request carries the caller's real ids): `F_OK` asks whether
+    /// the node exists; R_OK, W_OK, X_OK are MAY_READ, MAY_WRITE, MAY_EXEC.
+    pub fn access(&self, cred: &Cred, id: NodeId, mask: i32) -> Result<()> {
+        let n = self.node(id)?;
+        let i = n.inode().ok_or(Errno::ENOENT)?;
+        let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+        if mask == 0 {
+            return Ok(());
+        }
+        generic_permission(cred, i.perm(), mask)
     }
 }
 

@@ -257,11 +257,11 @@ impl Filesystem for DcacheFs {
         self.finish();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.touch();
         match self
             .core
-            .lookup(&self.cred(_req), node(parent), name.as_bytes())
+            .lookup(&self.cred(req), node(parent), name.as_bytes())
         {
             Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
             Ok(None)
@@ -380,21 +380,21 @@ impl Filesystem for DcacheFs {
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
         Self::reply_empty(
             reply,
             self.core
-                .unlink(&self.cred(_req), node(parent), name.as_bytes()),
+                .unlink(&self.cred(req), node(parent), name.as_bytes()),
         );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
         Self::reply_empty(
             reply,
             self.core
-                .rmdir(&self.cred(_req), node(parent), name.as_bytes()),
+                .rmdir(&self.cred(req), node(parent), name.as_bytes()),
         );
     }
 
@@ -418,7 +418,7 @@ impl Filesystem for DcacheFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -428,7 +428,7 @@ impl Filesystem for DcacheFs {
     ) {
         self.touch();
         let r = self.core.rename(
-            &self.cred(_req),
+            &self.cred(req),
             node(parent),
             name.as_bytes(),
             node(newparent),
@@ -440,7 +440,7 @@ impl Filesystem for DcacheFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -448,7 +448,7 @@ impl Filesystem for DcacheFs {
     ) {
         self.touch();
         let r = self.core.link(
-            &self.cred(_req),
+            &self.cred(req),
             node(ino),
             node(newparent),
             newname.as_bytes(),
@@ -456,9 +456,9 @@ impl Filesystem for DcacheFs {
         self.reply_entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.touch();
-        match self.core.open(&self.cred(_req), node(ino), flags.0) {
+        match self.core.open(&self.cred(req), node(ino), flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh.raw()), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -632,9 +632,7 @@ impl Filesystem for DcacheFs {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.touch();
-        let r = self
-            .core
-            .access(node(ino), req.uid(), req.gid(), req.pid(), mask.bits());
+        let r = self.core.access(&self.cred(req), node(ino), mask.bits());
         Self::reply_empty(reply, r);
     }
 

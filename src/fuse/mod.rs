@@ -21,7 +21,7 @@
 //!   access.
 //! - [`handles`]: an open file's FUSE handle is the address of a boxed
 //!   [`OpenFile`](crate::OpenFile).
-//! - [`attr`], [`access`]: attribute conversion and the `access(2)` check.
+//! - [`attr`]: attribute conversion.
 //! - [`stats`]: what the kernel holds (nodes, lookups, open files), for the
 //!   unmount report `dcache: unmounted, N nodes still referenced`.
 //! - [`options`], [`backend`], [`cli`], [`session`]: the command line, the
@@ -41,7 +41,6 @@
 //! root shows 1 (and a file whose backend number is 1, should one exist,
 //! shows the backend's root number).
 
-pub mod access;
 pub mod attr;
 pub mod backend;
 pub mod cli;

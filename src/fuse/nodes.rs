@@ -362,13 +362,13 @@ impl Nodes {
     /// Give back the root reference and every node's (the session is over:
     /// the kernel sends no forgets at unmount). Idempotent.
     pub fn release(&mut self, vfs: &Vfs) {
-        let pinned: Vec<(u64, NonNull<Dentry>)> = {
+        let pinned: Vec<NonNull<Dentry>> = {
             let m = self.map.pin();
-            let v = m.iter().map(|(k, n)| (*k, n.dentry)).collect();
+            let v = m.values().map(|n| n.dentry).collect();
             m.clear();
             v
         };
-        for (_, dentry) in pinned {
+        for dentry in pinned {
             // SAFETY: each node's reference, re-owned once (the map is
             // empty now); the dentry keeps its inode until this dput.
             let d = unsafe { vfs.dentry_from_raw(dentry.as_ptr()) };
