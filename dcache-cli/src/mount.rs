@@ -1,0 +1,66 @@
+//! `dcache mount` on the command line.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use dcache_fuse::backend::Backend;
+use dcache_fuse::options::MountOptions;
+use dcache_fuse::session::{serve, ServeRequest};
+
+/// Arguments of `dcache mount` (libfuse's conventions).
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// What to serve: mem, passthrough:DIR or kernfs[:mutex|rwlock|rcu].
+    #[arg(long, default_value = "mem", value_name = "BACKEND")]
+    pub backend: String,
+    /// Stay in the foreground (default: go to the background once mounted).
+    #[arg(short = 'f')]
+    pub foreground: bool,
+    /// Single-threaded (default: one worker per CPU, 2 to 8).
+    #[arg(short = 's')]
+    pub single_threaded: bool,
+    /// Mount options, comma separated: attr_timeout=S, entry_timeout=S,
+    /// negative_timeout=S, allow_other, ro, ... (see the fuse::options docs).
+    #[arg(short = 'o', value_name = "OPT[,OPT..]")]
+    pub options: Vec<String>,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+}
+
+impl MountArgs {
+    /// Check the arguments without mounting.
+    pub fn request(&self) -> Result<ServeRequest, String> {
+        Ok(ServeRequest {
+            backend: self.backend.parse()?,
+            mountpoint: self.mountpoint.clone(),
+            options: MountOptions::parse(&self.options)?,
+            foreground: self.foreground,
+            single_threaded: self.single_threaded,
+        })
+    }
+}
+
+/// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).
+pub fn main(args: MountArgs) -> i32 {
+    let req = match args.request() {
+        Ok(r) => r,
+        Err(m) => {
+            eprintln!("dcache: {m}");
+            return 2;
+        }
+    };
+    if let Backend::Passthrough(dir) = &req.backend {
+        if !dir.is_dir() {
+            eprintln!("dcache: {} is not a directory", dir.display());
+            return 2;
+        }
+    }
+    match serve(&req) {
+        Ok(_) => 0,
+        Err(m) => {
+            eprintln!("dcache: {m}");
+            1
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Running `dcache mount` as a child process for the FUSE integration
+//! tests: start it in the foreground on a temporary directory, wait until
+//! the kernel lists the mount, and always unmount and reap it (drop guard),
+//! with a watchdog that kills it if a test hangs on the mount.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Can FUSE mounts be made here? Prints the reason and returns false if
+/// not, so a test can pass as skipped.
+pub fn fuse_or_skip(test: &str) -> bool {
+    match dcache_fuse::testing::available() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("SKIP {test}: FUSE unusable here ({why})");
+            false
+        }
+    }
+}
+
+/// Whether `dir` is a mount point in this process's mount namespace.
+pub fn is_mounted(dir: &Path) -> bool {
+    mounts_at(dir) > 0
+}
+
+/// How many mounts are stacked on `dir`.
+pub fn mounts_at(dir: &Path) -> usize {
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|s| {
+            s.lines()
+                .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The device (`major:minor`) of the top mount on `dir`, if any (the last
+/// one listed there).
+pub fn top_dev(dir: &Path) -> Option<String> {
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    let s = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    s.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .and_then(|l| l.split(' ').nth(2).map(str::to_string))
+}
+
+/// Poll `cond` every 10 ms for at most `limit`.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// For mounts served by this very process: if `done` is not set within
+/// `limit`, detach the mount and abort the test process (closing its
+/// /dev/fuse descriptor fails every pending call), so a hang becomes a
+/// failure.
+pub fn in_process_watchdog(mnt: PathBuf, limit: Duration) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if d.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("watchdog: {} hung; aborting", mnt.display());
+        let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
+        std::process::abort();
+    });
+    done
+}
+
+/// A `dcache mount -f` child serving `mnt`.
+pub struct Daemon {
+    child: Arc<Mutex<Child>>,
+    done: Arc<AtomicBool>,
+    pub mnt: PathBuf,
+    /// Its mount's device: the drop guard unmounts only that mount.
+    pub dev: Option<String>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// How long one test may keep a mount before the watchdog kills the
+/// daemon (the kernel then fails every pending call with ENOTCONN, so a
+/// hung test fails instead of hanging).
+const WATCHDOG: Duration = Duration::from_secs(240);
+
+impl Daemon {
+    /// `dcache mount --backend BACKEND -f ARGS.. MNT` on a fresh mount
+    /// point; panics if it is not mounted within 20 s.
+    pub fn start(backend: &str, args: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Daemon::start_on(backend, args, mnt, dir)
+    }
+
+    /// Like [`start`](Self::start), on the given mount point (which may
+    /// already carry mounts): up once one more mount is stacked there.
+    /// `dir` holds the log and is removed with the Daemon.
+    pub fn start_on(backend: &str, args: &[&str], mnt: PathBuf, dir: tempfile::TempDir) -> Daemon {
+        let before = mounts_at(&mnt);
+        // A dead mount there (its daemon killed) is replaced, not stacked on.
+        let dead = std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+        let came_up = move |mnt: &Path| {
+            if dead {
+                std::fs::metadata(mnt).is_ok() && is_mounted(mnt)
+            } else {
+                mounts_at(mnt) > before
+            }
+        };
+        let log = dir.path().join("daemon.log");
+        let err = File::create(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcache"));
+        cmd.args(["mount", "--backend", backend, "-f"]);
+        cmd.args(args);
+        cmd.arg(&mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err);
+        let child = Arc::new(Mutex::new(cmd.spawn().expect("spawn dcache mount")));
+        let done = Arc::new(AtomicBool::new(false));
+        {
+            let (child, done, mnt) = (child.clone(), done.clone(), mnt.clone());
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while start.elapsed() < WATCHDOG {
+                    if done.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                eprintln!("watchdog: killing the daemon of {}", mnt.display());
+                let _ = child.lock().unwrap().kill();
+                let _ = Command::new("fusermount3").arg("-uz").arg(&mnt).status();
+            });
+        }
+        let mut d = Daemon {
+            child,
+            done,
+            mnt,
+            dev: None,
+            log,
+            _dir: dir,
+        };
+        let up = wait_for(Duration::from_secs(20), || {
+            came_up(&d.mnt) || d.child.lock().unwrap().try_wait().unwrap().is_some()
+        });
+        assert!(
+            up && d.running(),
+            "dcache mount did not come up; its stderr:\n{}",
+            d.stderr()
+        );
+        d.dev = top_dev(&d.mnt);
+        d
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.lock().unwrap().id() as i32
+    }
+
+    pub fn stderr(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Whether the daemon has not exited yet.
+    pub fn running(&self) -> bool {
+        self.child.lock().unwrap().try_wait().unwrap().is_none()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid (not yet reaped: the
+        // Child is only waited for in `finish`).
+        let r = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(r, 0, "kill");
+    }
+
+    /// SIGUSR1: the daemon makes the kernel drop what it caches and prints
+    /// what is still referenced. Returns that line.
+    pub fn prune(&self) -> String {
+        let before = self.stderr().matches("dcache: pruned").count();
+        self.signal(libc::SIGUSR1);
+        assert!(
+            wait_for(Duration::from_secs(10), || self
+                .stderr()
+                .matches("dcache: pruned")
+                .count()
+                > before),
+            "no prune report; stderr:\n{}",
+            self.stderr()
+        );
+        let log = self.stderr();
+        log.lines()
+            .filter(|l| l.starts_with("dcache: pruned"))
+            .nth(before)
+            .unwrap()
+            .to_string()
+    }
+
+    /// Wait (at most 20 s) for the daemon to exit; its status and stderr.
+    fn finish(&self) -> (Option<ExitStatus>, String) {
+        let mut status = None;
+        wait_for(Duration::from_secs(20), || {
+            status = self.child.lock().unwrap().try_wait().unwrap();
+            status.is_some()
+        });
+        (status, self.stderr())
+    }
+
+    /// `fusermount3 -u MNT`, then wait for the daemon.
+    pub fn fusermount_u(self) -> (Option<ExitStatus>, String) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status()
+            .expect("fusermount3");
+        assert!(st.success(), "fusermount3 -u failed: {st}");
+        self.finish()
+    }
+
+    /// Send `sig` (SIGTERM, SIGINT), then wait for the daemon.
+    pub fn kill_with(self, sig: i32) -> (Option<ExitStatus>, String) {
+        self.signal(sig);
+        self.finish()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Only our own mount, and only while it is the top one: another
+        // daemon's (stacked under ours, or mounted since) is left alone.
+        if self.dev.is_some() && top_dev(&self.mnt) == self.dev {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+        }
+        let mut c = self.child.lock().unwrap();
+        if !wait_for(Duration::from_secs(10), || c.try_wait().unwrap().is_some()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Assert the daemon exited 0 and reported 0 referenced nodes.
+pub fn assert_clean_exit(r: (Option<ExitStatus>, String)) {
+    let (status, log) = r;
+    let status = status.unwrap_or_else(|| panic!("daemon did not exit; stderr:\n{log}"));
+    assert!(status.success(), "daemon exit {status}; stderr:\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| l == "dcache: unmounted, 0 nodes still referenced"),
+        "expected a clean unmount report; stderr:\n{log}"
+    );
+}
+
+/// Run a command, assert success, return stdout.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), for file contents.
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The errno of an io::Error.
+pub fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(-1)
+}

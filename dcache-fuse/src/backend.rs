@@ -1,0 +1,179 @@
+//! Which backend a mount serves: `mem`, `passthrough:DIR`, `kernfs[:VARIANT]`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dcache::fs::kernfs::{KernFs, ShowFn, StoreFn};
+use dcache::fs::memfs::MemFs;
+use dcache::fs::passthrough::Passthrough;
+use dcache::fs::FileSystem;
+
+/// A backend named on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// An empty in-memory filesystem (tmpfs semantics).
+    Mem,
+    /// A host directory, through held directory descriptors.
+    Passthrough(PathBuf),
+    /// A small generated kernfs tree (`rwlock` variant unless named).
+    KernFs(String),
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s.split_once(':') {
+            None if s == "mem" => Ok(Backend::Mem),
+            None if s == "kernfs" => Ok(Backend::KernFs("rwlock".into())),
+            Some(("kernfs", v)) => {
+                KernFs::for_variant(v)
+                    .map_err(|_| format!("unknown kernfs variant {v:?} (mutex, rwlock or rcu)"))?;
+                Ok(Backend::KernFs(v.into()))
+            }
+            Some(("passthrough", dir)) if !dir.is_empty() => {
+                Ok(Backend::Passthrough(PathBuf::from(dir)))
+            }
+            Some(("passthrough", _)) => {
+                Err("passthrough needs a directory: passthrough:DIR".into())
+            }
+            _ => Err(format!(
+                "unknown backend {s:?} (mem, passthrough:DIR or kernfs[:VARIANT])"
+            )),
+        }
+    }
+}
+
+impl Backend {
+    /// The `fsname` shown in the mount table.
+    pub fn fsname(&self) -> String {
+        match self {
+            Backend::Mem => "dcache-mem".into(),
+            Backend::Passthrough(d) => d.display().to_string(),
+            Backend::KernFs(_) => "dcache-kernfs".into(),
+        }
+    }
+
+    /// Generated files report a size that is not their length: read them
+    /// around the page cache.
+    pub fn wants_direct_io(&self) -> bool {
+        matches!(self, Backend::KernFs(_))
+    }
+
+    pub fn build(&self) -> Result<Arc<dyn FileSystem>, String> {
+        Ok(match self {
+            Backend::Mem => Arc::new(MemFs::new()),
+            Backend::Passthrough(dir) => Arc::new(
+                Passthrough::new(dir)
+                    .map_err(|e| format!("cannot serve {}: {e}", dir.display()))?,
+            ),
+            Backend::KernFs(v) => {
+                let fs = KernFs::for_variant(v).map_err(|e| format!("kernfs {v}: {e}"))?;
+                demo_tree(&fs).map_err(|e| format!("kernfs demo tree: {e}"))?;
+                Arc::new(fs)
+            }
+        })
+    }
+}
+
+fn text(s: String) -> ShowFn {
+    Box::new(move || s.clone().into_bytes())
+}
+
+/// A sysfs-like tree to look at:
+///
+/// ```text
+/// devices/system/cpu/{online,possible}     "0-N"
+/// devices/system/cpu/cpuK/online           "1"
+/// bus/cpu/devices/cpuK -> ../../../devices/system/cpu/cpuK
+/// kernel/uptime_ms                          milliseconds since mount
+/// kernel/message                            what was last written to it
+/// ```
+fn demo_tree(fs: &KernFs) -> dcache::Result<()> {
+    let root = fs.root();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let range = if cpus == 1 {
+        "0\n".to_string()
+    } else {
+        format!("0-{}\n", cpus - 1)
+    };
+    let devices = fs.create_dir(root, "devices", 0o755)?;
+    let system = fs.create_dir(devices, "system", 0o755)?;
+    let cpu = fs.create_dir(system, "cpu", 0o755)?;
+    fs.create_file(cpu, "online", 0o444, text(range.clone()), None)?;
+    fs.create_file(cpu, "possible", 0o444, text(range), None)?;
+    let bus = fs.create_dir(root, "bus", 0o755)?;
+    let bus_cpu = fs.create_dir(bus, "cpu", 0o755)?;
+    let bus_devices = fs.create_dir(bus_cpu, "devices", 0o755)?;
+    for k in 0..cpus {
+        let name = format!("cpu{k}");
+        let d = fs.create_dir(cpu, &name, 0o755)?;
+        fs.create_file(d, "online", 0o644, text("1\n".into()), None)?;
+        fs.create_link(bus_devices, &name, d)?;
+    }
+    let kernel = fs.create_dir(root, "kernel", 0o755)?;
+    let start = Instant::now();
+    let uptime: ShowFn =
+        Box::new(move || format!("{}\n", start.elapsed().as_millis()).into_bytes());
+    fs.create_file(kernel, "uptime_ms", 0o444, uptime, None)?;
+    let msg = Arc::new(Mutex::new(b"hello\n".to_vec()));
+    let m = msg.clone();
+    let show: ShowFn = Box::new(move || m.lock().map(|v| v.clone()).unwrap_or_default());
+    let store: StoreFn = Box::new(move |data: &[u8]| {
+        if let Ok(mut v) = msg.lock() {
+            *v = data.to_vec();
+        }
+        Ok(data.len())
+    });
+    fs.create_file(kernel, "message", 0o644, show, Some(store))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse() {
+        assert_eq!("mem".parse::<Backend>(), Ok(Backend::Mem));
+        assert_eq!(
+            "kernfs".parse::<Backend>(),
+            Ok(Backend::KernFs("rwlock".into()))
+        );
+        assert_eq!(
+            "kernfs:rcu".parse::<Backend>(),
+            Ok(Backend::KernFs("rcu".into()))
+        );
+        assert_eq!(
+            "passthrough:/tmp".parse::<Backend>(),
+            Ok(Backend::Passthrough("/tmp".into()))
+        );
+        for bad in [
+            "",
+            "memfs",
+            "passthrough",
+            "passthrough:",
+            "kernfs:spin",
+            "x:y",
+        ] {
+            assert!(bad.parse::<Backend>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn kernfs_demo_tree_resolves() {
+        let fs = KernFs::for_variant("rcu").unwrap();
+        demo_tree(&fs).unwrap();
+        let online = fs.resolve("devices/system/cpu/cpu0/online").unwrap();
+        assert_eq!(
+            fs.getattr(online).unwrap().kind,
+            dcache::fs::FileType::Regular
+        );
+        let link = fs.resolve("bus/cpu/devices/cpu0").unwrap();
+        assert_eq!(
+            fs.readlink(link).unwrap(),
+            b"../../../devices/system/cpu/cpu0".to_vec()
+        );
+    }
+}

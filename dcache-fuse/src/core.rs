@@ -1,0 +1,448 @@
+//! The FUSE requests as calls on the `Vfs`, with no kernel in sight: each
+//! method takes what a request carries (a [`NodeId`], a name, a [`Fh`])
+//! and returns plain data. [`super::fs`] is the thin fuser adapter that
+//! turns requests into these calls and results into replies; tests drive
+//! [`FuseCore`] directly, standing in for the kernel.
+//!
+//! Every attribute returned carries the node id as its inode number
+//! (`Attr::ino`), which is what `stat` shows through the mount. An
+//! [`Entry`] has already counted one kernel lookup of its node: the caller
+//! must deliver it in a reply (or forget it).
+
+use dcache::cred::Cred;
+use dcache::errno::{Errno, Result};
+use dcache::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
+use dcache::permission::{generic_permission, search_for_all};
+use dcache::sync::Arc;
+use dcache::vfs::At;
+use dcache::{DentryRef, OpenFile, Vfs};
+
+use super::attr::mknod_kind;
+use super::handles::{Fh, Handles};
+use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
+use super::stats::Stats;
+
+/// A node for an entry reply: its id and attributes (`attr.ino == id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub id: u64,
+    pub attr: Attr,
+    /// The directory the name is in may be searched by everyone (its mode
+    /// has 0111): with dcache checking permissions, only such names may be
+    /// cached by the kernel (see `DcacheFs::entry_ttl`).
+    pub open_parent: bool,
+}
+
+/// Whether everyone may search the directory `d` (mode has 0111).
+fn open_dir(d: &DentryRef<'_>) -> bool {
+    d.inode()
+        .is_some_and(|i| i.is_dir() && search_for_all(i.mode()))
+}
+
+/// Adds one readdir entry `(ino, offset, kind, name)` to a reply; true
+/// when the reply is full (the entry was not added).
+pub type AddDirEntry<'a> = dyn FnMut(u64, u64, FileType, &[u8]) -> bool + 'a;
+
+/// Adds one readdirplus entry `(node id, offset, name, attr)`; true when
+/// the reply is full (the entry was not added).
+pub type AddDirEntryPlus<'a> = dyn FnMut(u64, u64, &[u8], &Attr) -> bool + 'a;
+
+/// Most directory entries readdirplus collects per request; a reply holds
+/// fewer (a page), the rest are simply not handed out.
+const READDIRPLUS_BATCH: usize = 64;
+
+/// A `Vfs` served as FUSE nodes and file handles.
+pub struct FuseCore {
+    nodes: Nodes,
+    handles: Handles,
+    ids: IdMap,
+    stats: Arc<Stats>,
+    /// Declared last: dropped after `Drop::drop` gave back our references.
+    vfs: Vfs,
+}
+
+impl FuseCore {
+    pub fn new(vfs: Vfs) -> FuseCore {
+        let stats = Arc::new(Stats::default());
+        let nodes = Nodes::new(&vfs, stats.clone());
+        FuseCore {
+            ids: nodes.ids(),
+            nodes,
+            handles: Handles::new(stats.clone()),
+            stats,
+            vfs,
+        }
+    }
+
+    pub fn vfs(&self) -> &Vfs {
+        &self.vfs
+    }
+
+    /// Node ids <-> backend inode numbers.
+    pub fn ids(&self) -> IdMap {
+        self.ids
+    }
+
+    /// The live counts, shared (they stay readable after the core is moved
+    /// into a session).
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// End of session: give back every reference the kernel held (it sends
+    /// no forgets at unmount) and the root's. Idempotent.
+    pub fn release(&mut self) {
+        self.nodes.release(&self.vfs);
+    }
+
+    /// A dentry of node `id`, for the length of one request.
+    fn node(&self, id: NodeId) -> Result<Borrowed<'_>> {
+        self.nodes.borrow(&self.vfs, id)
+    }
+
+    /// `a` as the kernel sees it: the node id as inode number.
+    #[inline]
+    fn shown(&self, mut a: Attr) -> Attr {
+        a.ino = self.ids.id(a.ino);
+        a
+    }
+
+    /// Count a kernel lookup of `d` for an entry reply.
+    fn entry(&self, d: DentryRef<'_>, open_parent: bool) -> Result<Entry> {
+        let attr = self.shown(self.vfs.getattr_dentry(&d)?);
+        let id = self.nodes.hand_out(d)?;
+        Ok(Entry {
+            id,
+            attr,
+            open_parent,
+        })
+    }
+
+    /// `Ok(None)`: the name does not exist (a negative entry).
+    ///
+    /// A name whose inode the kernel already holds (the common case: the
+    /// revalidation LOOKUPs that timeouts of 0 cause on every path walk) is
+    /// answered from the rcu-walk without taking a reference or a lock
+    /// ([`Nodes::hand_out_held`]). Anything else takes the counted path.
+    pub fn lookup(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
+        let p = self.node(parent)?;
+        let open_parent = open_dir(&p);
+        let fast = self
+            .vfs
+            .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |d, a| {
+                self.nodes.hand_out_held(d).map(|id| Entry {
+                    id,
+                    attr: Attr { ino: id, ..*a },
+                    open_parent,
+                })
+            });
+        let r = match fast {
+            Some(r) => r,
+            None => self
+                .vfs
+                .as_cred(cred)
+                .lookup(At::Dir(p.dentry()), name, false)
+                .and_then(|d| self.entry(d, open_parent)),
+        };
+        match r {
+            Ok(e) => Ok(Some(e)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether everyone may search directory `id` (its mode has 0111);
+    /// false for an unknown node or a non-directory.
+    pub fn searchable_by_all(&self, id: NodeId) -> bool {
+        self.node(id).is_ok_and(|n| open_dir(&n))
+    }
+
+    /// Node `id`'s parent node id and its name there, as the cache holds
+    /// them now (for invalidating the kernel's entry of it).
+    pub fn parent_and_name(&self, id: NodeId) -> Option<(u64, Vec<u8>)> {
+        let n = self.node(id).ok()?;
+        if n.ino().map(|i| self.ids.id(i)) == Some(super::nodes::ROOT_ID) {
+            return None;
+        }
+        let p = self.vfs.dget_parent(&n);
+        let pid = self.ids.id(p.ino()?);
+        Some((pid, n.name()))
+    }
+
+    pub fn forget(&self, id: NodeId, n: u64) {
+        self.nodes.forget(&self.vfs, id, n)
+    }
+
+    pub fn getattr(&self, id: NodeId) -> Result<Attr> {
+        Ok(self.shown(self.vfs.getattr_dentry(&*self.node(id)?)?))
+    }
+
+    /// `via_fh`: the request names an open file (ftruncate, futimens), so
+    /// a size change needs no write permission.
+    pub fn setattr(&self, cred: &Cred, id: NodeId, set: &SetAttr, via_fh: bool) -> Result<Attr> {
+        let n = self.node(id)?;
+        Ok(self.shown(self.vfs.setattr_dentry_as(cred, &n, set, via_fh)?))
+    }
+
+    pub fn readlink(&self, id: NodeId) -> Result<Vec<u8>> {
+        self.vfs.readlink_dentry(&*self.node(id)?)
+    }
+
+    pub fn mknod(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Entry> {
+        let kind = mknod_kind(mode)?;
+        let p = self.node(parent)?;
+        let perm = (mode & 0o7777) as u16;
+        let d = self
+            .vfs
+            .as_cred(cred)
+            .mknod(At::Dir(p.dentry()), name, kind, perm, rdev)?;
+        self.entry(d, open_dir(&p))
+    }
+
+    pub fn mkdir(&self, cred: &Cred, parent: NodeId, name: &[u8], mode: u32) -> Result<Entry> {
+        let p = self.node(parent)?;
+        let d = self
+            .vfs
+            .as_cred(cred)
+            .mkdir(At::Dir(p.dentry()), name, (mode & 0o7777) as u16)?;
+        self.entry(d, open_dir(&p))
+    }
+
+    pub fn symlink(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry> {
+        let p = self.node(parent)?;
+        let d = self
+            .vfs
+            .as_cred(cred)
+            .symlink(target, At::Dir(p.dentry()), name)?;
+        self.entry(d, open_dir(&p))
+    }
+
+    /// `link(id, newparent, newname)`: another name for the node's inode,
+    /// whatever names it has now.
+    pub fn link(
+        &self,
+        cred: &Cred,
+        id: NodeId,
+        newparent: NodeId,
+        newname: &[u8],
+    ) -> Result<Entry> {
+        let n = self.node(id)?;
+        let np = self.node(newparent)?;
+        let d = self
+            .vfs
+            .link_dentry_as(cred, &n, At::Dir(np.dentry()), newname)?;
+        self.entry(d, open_dir(&np))
+    }
+
+    pub fn unlink(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
+        let p = self.node(parent)?;
+        self.vfs.as_cred(cred).unlink(At::Dir(p.dentry()), name)
+    }
+
+    pub fn rmdir(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
+        let p = self.node(parent)?;
+        self.vfs.as_cred(cred).rmdir(At::Dir(p.dentry()), name)
+    }
+
+    pub fn rename(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        let flags = RenameFlags::from_bits(flags)?;
+        let p = self.node(parent)?;
+        let np = self.node(newparent)?;
+        self.vfs.as_cred(cred).rename(
+            At::Dir(p.dentry()),
+            name,
+            At::Dir(np.dentry()),
+            newname,
+            flags,
+        )
+    }
+
+    /// Open node `id`; returns the file handle.
+    pub fn open(&self, cred: &Cred, id: NodeId, flags: i32) -> Result<Fh> {
+        let n = self.node(id)?;
+        let f = self.vfs.open_dentry_as(cred, &n, flags)?;
+        Ok(self.handles.insert(f))
+    }
+
+    /// OPENDIR: read permission on the directory (no handle is kept).
+    pub fn opendir(&self, cred: &Cred, id: NodeId, flags: i32) -> Result<()> {
+        let n = self.node(id)?;
+        let i = n.inode().ok_or(Errno::ENOENT)?;
+        if i.kind() != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let f = self
+            .vfs
+            .open_dentry_as(cred, &n, flags & libc::O_ACCMODE | libc::O_DIRECTORY)?;
+        drop(f);
+        Ok(())
+    }
+
+    /// Create-and-open (`open` with O_CREAT): the entry and the handle. An
+    /// existing name is opened unless O_EXCL, as openat(2) does.
+    pub fn create(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Entry, Fh)> {
+        let p = self.node(parent)?;
+        let perm = (mode & 0o7777) as u16;
+        let f =
+            self.vfs
+                .as_cred(cred)
+                .open(At::Dir(p.dentry()), name, flags | libc::O_CREAT, perm)?;
+        let entry = self.entry(f.dentry().clone(), open_dir(&p))?;
+        Ok((entry, self.handles.insert(f)))
+    }
+
+    /// The open file behind `fh`.
+    fn file(&self, fh: Fh) -> &OpenFile<'_> {
+        // SAFETY: the returned borrow cannot outlive `self`, which owns the
+        // Vfs every handle was opened on; `Fh`'s contract keeps the handle
+        // alive for the request.
+        unsafe { self.handles.get(fh) }
+    }
+
+    pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let f = self.file(fh);
+        let mut buf = vec![0u8; size as usize];
+        let n = f.read(offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
+        self.file(fh).write(offset, data)
+    }
+
+    pub fn flush(&self, fh: Fh) -> Result<()> {
+        let f = self.file(fh);
+        self.vfs.backend().flush(f.ino(), f.fh())
+    }
+
+    pub fn fsync(&self, fh: Fh, datasync: bool) -> Result<()> {
+        let f = self.file(fh);
+        self.vfs.backend().fsync(f.ino(), f.fh(), datasync)
+    }
+
+    pub fn release_file(&self, fh: Fh) -> Result<()> {
+        // SAFETY: as in `file`; `Fh`'s contract makes this the handle's one
+        // RELEASE, after its last other request.
+        unsafe { self.handles.remove(fh) }.close()
+    }
+
+    /// Plain readdir: `add(ino, offset, kind, name)` returns true when the
+    /// reply is full. `ino` is the entry's node id, as `stat` shows it.
+    pub fn readdir(&self, id: NodeId, offset: u64, add: &mut AddDirEntry<'_>) -> Result<()> {
+        let d = self.node(id)?;
+        let ids = self.ids;
+        self.vfs.readdir_dentry(&d, offset, &mut |e| {
+            !add(ids.id(e.ino), e.offset, e.kind, &e.name)
+        })
+    }
+
+    /// readdirplus: like readdir, with each entry looked up and counted as
+    /// a kernel lookup, as by `lookup` (only entries that fit in the reply;
+    /// `.` and `..` are not counted by the kernel and get none).
+    /// `add(id, offset, name, attr)` returns true when full.
+    pub fn readdirplus(
+        &self,
+        id: NodeId,
+        offset: u64,
+        add: &mut AddDirEntryPlus<'_>,
+    ) -> Result<()> {
+        let dir = self.node(id)?;
+        // Collect first: the backend may hold a lock while it emits, and
+        // looking the entries up calls back into it.
+        let mut batch = Vec::new();
+        self.vfs.readdir_dentry(&dir, offset, &mut |e| {
+            batch.push(e);
+            batch.len() < READDIRPLUS_BATCH
+        })?;
+        let mut added = false;
+        for e in batch {
+            let full = match e.name.as_slice() {
+                b"." => {
+                    let a = self.shown(self.vfs.getattr_dentry(&dir)?);
+                    add(a.ino, e.offset, &e.name, &a)
+                }
+                b".." => {
+                    let p = self.vfs.dget_parent(&dir);
+                    let a = self.shown(self.vfs.getattr_dentry(&p)?);
+                    add(a.ino, e.offset, &e.name, &a)
+                }
+                name => {
+                    let d = match self.vfs.lookup(At::Dir(dir.dentry()), name, false) {
+                        Ok(d) => d,
+                        // Removed since the listing: leave it out.
+                        Err(Errno::ENOENT) => continue,
+                        Err(err) if !added => return Err(err),
+                        Err(_) => break,
+                    };
+                    if d.is_negative() {
+                        continue;
+                    }
+                    let a = self.shown(self.vfs.getattr_dentry(&d)?);
+                    if add(a.ino, e.offset, name, &a) {
+                        true
+                    } else {
+                        self.nodes.hand_out(d)?;
+                        false
+                    }
+                }
+            };
+            if full {
+                break;
+            }
+            added = true;
+        }
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        self.vfs.statfs()
+    }
+
+    /// ACCESS (sent only without `default_permissions`, for `access(2)`,
+    /// whose request carries the caller's real ids): `F_OK` asks whether
+    /// the node exists; R_OK, W_OK, X_OK are MAY_READ, MAY_WRITE, MAY_EXEC.
+    pub fn access(&self, cred: &Cred, id: NodeId, mask: i32) -> Result<()> {
+        let n = self.node(id)?;
+        let i = n.inode().ok_or(Errno::ENOENT)?;
+        let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+        if mask == 0 {
+            return Ok(());
+        }
+        generic_permission(cred, i.perm(), mask)
+    }
+}
+
+impl Drop for FuseCore {
+    fn drop(&mut self) {
+        self.nodes.release(&self.vfs);
+    }
+}

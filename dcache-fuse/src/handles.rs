@@ -1,0 +1,80 @@
+//! Open files: a FUSE file handle is the address of a boxed
+//! [`OpenFile`], which holds its own dentry reference and backend handle.
+//! No table and no lock: the kernel hands the number back on every read,
+//! write and release, and `release` re-owns the box exactly once.
+//!
+//! The box's lifetime parameter is erased to `'static`: an `OpenFile`
+//! borrows the `Vfs`, which the mount's filesystem object owns and drops
+//! only after the session ends. Handles the kernel never released (it
+//! releases every file before the superblock goes, so only an aborted
+//! connection leaves any) are leaked rather than closed against a dead Vfs.
+
+use dcache::sync::{Arc, Ordering};
+use dcache::OpenFile;
+
+use super::stats::Stats;
+
+/// A file handle named by a request from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fh(u64);
+
+impl Fh {
+    /// The file handle a request names.
+    ///
+    /// # Safety
+    /// `fh` was returned by [`Handles::insert`] of this mount (the kernel
+    /// sends back only handles it got from open or create), it has not been
+    /// released, and it is not released while this request runs: the
+    /// kernel sends RELEASE once, after every other request on the handle.
+    /// A caller standing in for the kernel (tests) keeps the same rules.
+    pub unsafe fn from_kernel(fh: u64) -> Fh {
+        Fh(fh)
+    }
+
+    /// The number sent to the kernel.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+/// Makes and takes back handles, counting them for the unmount report.
+pub struct Handles {
+    stats: Arc<Stats>,
+}
+
+impl Handles {
+    pub fn new(stats: Arc<Stats>) -> Handles {
+        Handles { stats }
+    }
+
+    /// Box `f` and return its handle.
+    pub fn insert(&self, f: OpenFile<'_>) -> Fh {
+        // Relaxed: a statistic (stats.rs).
+        self.stats.open_files.fetch_add(1, Ordering::Relaxed);
+        let p = Box::into_raw(Box::new(f));
+        Fh(p as u64)
+    }
+
+    /// The open file behind handle `fh`, for the length of its request.
+    ///
+    /// # Safety
+    /// `'v` must not outlive the `Vfs` the file was opened on (the mount's
+    /// filesystem object owns both and drops the Vfs last).
+    pub unsafe fn get<'v>(&self, fh: Fh) -> &OpenFile<'v> {
+        // SAFETY: `Fh`'s contract: the box is alive until `remove`, which
+        // cannot run while this request does.
+        unsafe { &*(fh.0 as *const OpenFile<'v>) }
+    }
+
+    /// Take handle `fh` back (RELEASE); dropping the result closes it.
+    ///
+    /// # Safety
+    /// As for `get`.
+    pub unsafe fn remove<'v>(&self, fh: Fh) -> OpenFile<'v> {
+        // Relaxed: see insert.
+        self.stats.open_files.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: made by Box::into_raw in insert and, by `Fh`'s contract,
+        // re-owned once, by the RELEASE.
+        *unsafe { Box::from_raw(fh.0 as *mut OpenFile<'v>) }
+    }
+}

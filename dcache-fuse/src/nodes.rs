@@ -1,0 +1,387 @@
+//! FUSE nodes are inodes.
+//!
+//! In the FUSE protocol, as in the kernel's `fuse_inode`, a node id names an
+//! **inode**: the kernel keeps one inode per node id (attributes, page
+//! cache, lookup count), and two names answered with one node id are two
+//! dentries of that inode, as hard links are everywhere else. So here:
+//!
+//! - **The node id is the backend's inode number** ([`IdMap`]), which is
+//!   also the `st_ino` the kernel shows (fuser sends one value for both).
+//!   The root is `FUSE_ROOT_ID` (1) on the wire; the backend's root number
+//!   and 1 trade places, so the map stays one-to-one (memfs and kernfs
+//!   number their root 1, where it is the identity). A number is stable
+//!   while the file exists, and survives eviction from the cache and, for
+//!   passthrough over one host filesystem, a daemon restart.
+//! - **The kernel's lookup count lives on the inode** (`Inode::i_lookups`,
+//!   protocol in [`dcache::lookupcount`]). While it is above zero the node is
+//!   *published* in a lock-free map (papaya) from node id to [`Node`], which
+//!   holds one counted reference on a dentry of the inode: the one the
+//!   first counted lookup came through. That reference keeps the dentry
+//!   and so the inode alive until the `forget` that empties the count.
+//! - A lookup of a node the kernel already holds (every revalidation under
+//!   `entry_timeout=0`) is answered from the rcu-walk
+//!   ([`Nodes::hand_out_held`]): one compare-and-swap on the inode's count,
+//!   no reference, no lock, no allocation, no map access.
+//! - Any other lookup ([`Nodes::hand_out`]) holds a reference of its own;
+//!   under the node's transition lock (one of a few striped mutexes, taken
+//!   only when a count may leave or reach zero) it publishes the node at 0
+//!   and gives its reference to it, otherwise drops its reference.
+//!
+//! Requests name nodes by [`NodeId`], which only the code that receives a
+//! request from the kernel can make (`unsafe fn from_kernel`): the kernel
+//! never forgets a node while a request on it waits for our reply, so the
+//! dentry found in the map stays valid for the request. An id that is not
+//! in the map gives ESTALE; a forget of more than was counted is refused
+//! and counted.
+//!
+//! A node holds the dentry it was first handed out through even if that
+//! name is later unlinked or renamed: the inode is the same, and every
+//! request on a node acts on the inode (for a directory, its one dentry).
+
+use std::hash::{BuildHasher, Hasher};
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use dcache::dentry::Dentry;
+use dcache::errno::{Errno, Result};
+use dcache::fs::Ino;
+use dcache::inode::Inode;
+use dcache::sync::{Arc, Mutex, MutexGuard, Ordering};
+use dcache::{DentryRef, Vfs};
+
+use super::stats::Stats;
+
+/// The node id of the root directory (FUSE_ROOT_ID).
+pub const ROOT_ID: u64 = 1;
+
+/// A node id named by a request from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeId(u64);
+
+impl NodeId {
+    /// The root directory.
+    pub const ROOT: NodeId = NodeId(ROOT_ID);
+
+    /// The node id a request names.
+    ///
+    /// # Safety
+    /// `id` is the node id of a request the kernel sent to this mount (or a
+    /// caller standing in for it, as tests do), and the node stays held
+    /// (not forgotten to zero) until that request is answered. The kernel
+    /// guarantees this: it forgets a node only once nothing uses it.
+    pub unsafe fn from_kernel(id: u64) -> NodeId {
+        NodeId(id)
+    }
+
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+/// Backend inode numbers <-> node ids (and `st_ino`): the identity, except
+/// that the backend's root and number 1 trade places. An involution, so
+/// the same function maps both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    root_ino: Ino,
+}
+
+impl IdMap {
+    pub fn new(root_ino: Ino) -> IdMap {
+        IdMap { root_ino }
+    }
+
+    /// The node id (and `st_ino`) of backend inode `ino`.
+    #[inline(always)]
+    pub fn id(&self, ino: Ino) -> u64 {
+        if ino == self.root_ino {
+            ROOT_ID
+        } else if ino == ROOT_ID {
+            self.root_ino
+        } else {
+            ino
+        }
+    }
+
+    /// The backend inode number of node id `id`.
+    #[inline(always)]
+    pub fn ino(&self, id: u64) -> Ino {
+        self.id(id)
+    }
+}
+
+/// A dentry borrowed for one request: derefs to a `DentryRef` but never
+/// drops a count.
+pub struct Borrowed<'v>(ManuallyDrop<DentryRef<'v>>);
+
+impl<'v> Deref for Borrowed<'v> {
+    type Target = DentryRef<'v>;
+    fn deref(&self) -> &DentryRef<'v> {
+        &self.0
+    }
+}
+
+/// A published node: the inode and the counted dentry reference that pins
+/// it for the kernel.
+struct Node {
+    dentry: NonNull<Dentry>,
+}
+
+// SAFETY: `dentry` is a counted reference owned by the node; dentries are
+// Sync and their counts are dropped with an atomic protocol on any thread.
+unsafe impl Send for Node {}
+// SAFETY: as above; the pointer is only read after publication.
+unsafe impl Sync for Node {}
+
+/// Transition locks: a node's count leaves or reaches zero only under
+/// `stripes[id % STRIPES]`.
+const STRIPES: usize = 64;
+
+/// A hasher for node ids (integers): one multiply, high bits folded down.
+#[derive(Clone, Copy, Default)]
+struct IdHash;
+
+struct IdHasher(u64);
+
+impl BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// The node side of a mount: the root's reference, the published nodes,
+/// and what the kernel holds.
+pub struct Nodes {
+    root: *const Dentry,
+    ids: IdMap,
+    map: papaya::HashMap<u64, Node, IdHash>,
+    stripes: Box<[Mutex<()>]>,
+    stats: Arc<Stats>,
+}
+
+// SAFETY: `root` is a counted reference owned by this struct; the map's
+// values are Send + Sync (above); the rest is Sync.
+unsafe impl Send for Nodes {}
+// SAFETY: as above; `root` is only read after construction.
+unsafe impl Sync for Nodes {}
+
+impl Nodes {
+    /// Take the reference on `vfs`'s root that backs node id 1. Give it back
+    /// with [`Nodes::release`] before `vfs` is dropped.
+    pub fn new(vfs: &Vfs, stats: Arc<Stats>) -> Nodes {
+        let root = vfs.root();
+        let root_ino = root.ino().unwrap_or(ROOT_ID);
+        Nodes {
+            root: root.into_raw(),
+            ids: IdMap::new(root_ino),
+            map: papaya::HashMap::builder().hasher(IdHash).build(),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            stats,
+        }
+    }
+
+    /// Node ids <-> backend inode numbers for this mount.
+    pub fn ids(&self) -> IdMap {
+        self.ids
+    }
+
+    fn stripe(&self, id: u64) -> MutexGuard<'_, ()> {
+        // A panic never happens under a stripe lock (only count and map
+        // updates run there), so a poisoned one still guards nothing
+        // broken.
+        self.stripes[(id as usize) % STRIPES]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Borrow a dentry of node `id` for the length of its request.
+    pub fn borrow<'v>(&self, vfs: &'v Vfs, id: NodeId) -> Result<Borrowed<'v>> {
+        let p = if id.0 == ROOT_ID {
+            self.root
+        } else {
+            let g = self.map.guard();
+            let node = self.map.get(&id.0, &g).ok_or(Errno::ESTALE)?;
+            node.dentry.as_ptr() as *const Dentry
+        };
+        // SAFETY: p carries a count owned by this struct (the root) or by
+        // the published node, which the kernel keeps held until the request
+        // is answered (NodeId's contract) and so is not unpublished (and
+        // its reference not dropped) before this borrow ends. ManuallyDrop
+        // never drops the count.
+        Ok(Borrowed(ManuallyDrop::new(unsafe {
+            vfs.dentry_from_raw(p)
+        })))
+    }
+
+    /// Count one more kernel lookup of `d`'s inode: the node id for an entry
+    /// reply. A negative dentry is refused (ENOENT): the kernel counts only
+    /// positive entries.
+    pub fn hand_out(&self, d: DentryRef<'_>) -> Result<u64> {
+        let inode: *const Inode = d.inode().ok_or(Errno::ENOENT)?;
+        // SAFETY: `d` is a counted reference to a dentry bound to this
+        // inode; the inode lives as long as the dentry points to it, and a
+        // pinned dentry (the node's) keeps it until unpublished.
+        let i = unsafe { &*inode };
+        let id = self.ids.id(i.ino());
+        if id == ROOT_ID {
+            // The root is held for the whole mount and never forgotten.
+            return Ok(ROOT_ID);
+        }
+        if i.lookups().get_held() {
+            self.stats.kernel_refs.add(1);
+            return Ok(id);
+        }
+        let g = self.stripe(id);
+        let mut conflict = false;
+        let mut pin = Some(d);
+        let guard = self.map.guard();
+        if i.lookups().load() == 0 {
+            // Under the stripe lock a count of 0 means this inode is not
+            // published; a node under the same id is another inode that
+            // the backend gave the same number while the kernel still
+            // holds the old one.
+            conflict = self.map.get(&id, &guard).is_some();
+        }
+        if conflict {
+            return Err(Errno::ESTALE);
+        }
+        let published = i.lookups().get_locked(&g, || {
+            // Our reference becomes the node's.
+            if let Some(dentry) = pin
+                .take()
+                .and_then(|d| NonNull::new(d.into_raw() as *mut Dentry))
+            {
+                self.map.insert(id, Node { dentry }, &guard);
+            }
+        });
+        drop(guard);
+        drop(g);
+        if published {
+            // Relaxed: statistics (stats.rs).
+            self.stats.kernel_nodes.fetch_add(1, Ordering::Relaxed);
+        }
+        // Unpublished: the node's own reference pins it, `pin` drops ours.
+        drop(pin);
+        self.stats.kernel_refs.add(1);
+        Ok(id)
+    }
+
+    /// Count one more kernel lookup of `d`'s inode without a reference of
+    /// our own: only while the kernel already holds the node (its count is
+    /// above zero, so the node's reference keeps the inode alive). The node
+    /// id for an entry reply, or `None` (the caller then takes a reference
+    /// and uses [`Nodes::hand_out`]). `d` must be reached inside a read
+    /// section (or under a reference).
+    #[inline]
+    pub fn hand_out_held(&self, d: &Dentry) -> Option<u64> {
+        let p = d.inode_ptr();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: the caller's read section keeps the dentry, and an inode
+        // is freed only a grace period after its last dentry let it go.
+        let i = unsafe { &*p };
+        let id = self.ids.id(i.ino());
+        if id == ROOT_ID {
+            return Some(ROOT_ID);
+        }
+        if !i.lookups().get_held() {
+            return None;
+        }
+        self.stats.kernel_refs.add(1);
+        Some(id)
+    }
+
+    /// The kernel forgot `n` lookups of node `id`; at zero the node is
+    /// unpublished and its reference dropped. A forget of an unknown node
+    /// or of more than was counted is refused and counted.
+    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64) {
+        if id.0 == ROOT_ID || n == 0 {
+            return;
+        }
+        let guard = self.map.guard();
+        let Some(node) = self.map.get(&id.0, &guard) else {
+            // Relaxed: statistics.
+            self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let dentry = node.dentry;
+        // SAFETY: the node's reference keeps its dentry alive until it is
+        // unpublished, which only this forget can do now.
+        let d = unsafe { dentry.as_ref() };
+        let p = d.inode_ptr();
+        // SAFETY: a node's dentry keeps its inode (a pinned dentry is
+        // unhashed on unlink, never made negative).
+        let Some(i) = (unsafe { p.as_ref() }) else {
+            self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut unpinned = None;
+        let r = i.lookups().put(
+            n,
+            || self.stripe(id.0),
+            || {
+                self.map.remove(&id.0, &guard);
+                unpinned = Some(dentry);
+            },
+        );
+        drop(guard);
+        match r {
+            Ok(_) => self.stats.kernel_refs.sub(n),
+            Err(_) => {
+                self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(dentry) = unpinned {
+            // Relaxed: statistics.
+            self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
+            // SAFETY: the node's counted reference, given back once (the
+            // node is unpublished, so no one else can reach it).
+            drop(unsafe { vfs.dentry_from_raw(dentry.as_ptr()) });
+        }
+    }
+
+    /// Give back the root reference and every node's (the session is over:
+    /// the kernel sends no forgets at unmount). Idempotent.
+    pub fn release(&mut self, vfs: &Vfs) {
+        let pinned: Vec<NonNull<Dentry>> = {
+            let m = self.map.pin();
+            let v = m.values().map(|n| n.dentry).collect();
+            m.clear();
+            v
+        };
+        for dentry in pinned {
+            // SAFETY: each node's reference, re-owned once (the map is
+            // empty now); the dentry keeps its inode until this dput.
+            let d = unsafe { vfs.dentry_from_raw(dentry.as_ptr()) };
+            if let Some(i) = d.inode() {
+                i.lookups().clear();
+            }
+            drop(d);
+        }
+        if !self.root.is_null() {
+            // SAFETY: the reference taken in `new`, re-owned once (root is
+            // nulled right after).
+            drop(unsafe { vfs.dentry_from_raw(self.root) });
+            self.root = std::ptr::null();
+        }
+    }
+}

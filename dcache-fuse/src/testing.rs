@@ -1,0 +1,127 @@
+//! A memfs tree served through the daemon on a fresh temporary directory,
+//! for integration tests and benchmarks that want to reach dcache through
+//! the kernel (`stat(2)` on the returned path goes kernel -> FUSE -> Vfs).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dcache::fs::memfs::MemFs;
+use dcache::sync::{AtomicUsize, Ordering};
+
+use super::options::MountOptions;
+use super::session::{mount, Mounted};
+use super::stats::Report;
+
+/// Can this process mount FUSE filesystems? `Err` says why not.
+pub fn available() -> Result<(), String> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Err(format!("/dev/fuse: {e}"));
+    }
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let helper = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
+    if !root && !helper {
+        return Err("not root and no fusermount3 in PATH".into());
+    }
+    Ok(())
+}
+
+/// A new empty directory under the system temp dir.
+pub fn temp_dir(tag: &str) -> io::Result<PathBuf> {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: only uniqueness matters; create_dir settles collisions.
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("dcache-{tag}-{}-{n}", std::process::id()));
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The mount options of `dcache bench`'s FUSE targets: `fuse` sets every
+/// timeout to 0, so each `stat` reaches the daemon; `fuse-cached` keeps
+/// libfuse's defaults (1 s for names and attributes). Both leave
+/// permission checks to the daemon as libfuse's examples do (no
+/// `default_permissions`, which with timeouts of 0 would add a GETATTR for
+/// every directory on the path). `None` for any other target.
+pub fn target_options(target: &str) -> Option<MountOptions> {
+    let mut o = MountOptions {
+        default_permissions: false,
+        ..MountOptions::default()
+    };
+    match target {
+        "fuse" => o.timeouts = super::options::Timeouts::NONE,
+        "fuse-cached" => {}
+        _ => return None,
+    }
+    Some(o)
+}
+
+/// A memfs tree for bench target `target` (`fuse` or `fuse-cached`), filled
+/// by `populate` and mounted through the daemon in this process: point the
+/// kernel-target workload code at [`TempMount::path`]. `Err` is a one-line
+/// reason (FUSE unusable here, or not a FUSE target).
+pub fn mount_target(target: &str, populate: impl FnOnce(&MemFs)) -> Result<TempMount, String> {
+    let opts = target_options(target).ok_or_else(|| format!("{target} is not a FUSE target"))?;
+    available().map_err(|why| format!("{target} target: FUSE unusable here ({why})"))?;
+    TempMount::memfs(&opts, populate).map_err(|e| format!("cannot mount a FUSE target: {e}"))
+}
+
+/// A memfs mounted on a temporary directory. Dropping it unmounts and
+/// removes the directory.
+pub struct TempMount {
+    mounted: Option<Mounted>,
+    dir: PathBuf,
+}
+
+impl TempMount {
+    /// Mount a memfs that `populate` filled first (through its own helpers,
+    /// so nothing is cached yet).
+    pub fn memfs(options: &MountOptions, populate: impl FnOnce(&MemFs)) -> io::Result<TempMount> {
+        let fs = MemFs::new();
+        populate(&fs);
+        let dir = temp_dir("mnt")?;
+        match mount(Arc::new(fs), &dir, options) {
+            Ok(m) => Ok(TempMount {
+                mounted: Some(m),
+                dir,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The mount's busy-poller, if it polls.
+    pub fn poller(&self) -> Option<&std::sync::Arc<super::poll::Poller>> {
+        self.mounted.as_ref().and_then(|m| m.poller())
+    }
+
+    /// Unmount and return the daemon's report.
+    pub fn unmount(mut self) -> io::Result<Report> {
+        let r = match self.mounted.take() {
+            Some(m) => m.unmount(),
+            None => Err(io::Error::other("not mounted")),
+        };
+        let _ = std::fs::remove_dir(&self.dir);
+        r
+    }
+}
+
+impl Drop for TempMount {
+    fn drop(&mut self) {
+        if let Some(m) = self.mounted.take() {
+            drop(m);
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}

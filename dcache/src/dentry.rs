@@ -1,0 +1,351 @@
+//! `Dentry`: one cached (parent, name) -> inode binding.
+//!
+//! Fields are grouped by who touches them, as in Linux's `struct dentry`:
+//!
+//! - cache line 0 and the first part of line 1: what an rcu-walk reads for
+//!   every path component — flags, the `d_seq` counter, the hash-chain link,
+//!   parent, name hash+length, inode, the name itself (inline up to
+//!   `DNAME_INLINE_LEN` bytes, out of line beyond), the revalidation cookie.
+//!   Written only on rename, instantiate, unhash: read-mostly.
+//! - cache line 2: the `LockRef`, alone. Every counted reference (open,
+//!   ref-walk, a FUSE node's pin) writes it; sharing its line with any
+//!   lookup field would make every reference taken by one CPU evict the
+//!   line all other CPUs' lockless walks are reading.
+//! - after the name, on line 1: cold bookkeeping (the children count).
+//!
+//! The `const` asserts below make the split a build failure to break.
+
+use crate::inode::Inode;
+use crate::lockref::LockRef;
+use crate::seqcount::SeqCount;
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// Names up to this many bytes live inside the dentry.
+pub const DNAME_INLINE_LEN: usize = 40;
+const INLINE_WORDS: usize = DNAME_INLINE_LEN / 8;
+
+/// In the hash table (reachable by lookups).
+pub(crate) const D_HASHED: u32 = 1 << 0;
+/// Owned by the LRU list (the list frees it, see `vfs::lru`).
+pub(crate) const D_LRU_LIST: u32 = 1 << 1;
+/// Used since it was last on the LRU's scan (second chance).
+pub(crate) const D_REFERENCED: u32 = 1 << 2;
+/// Killed: unhashed, inode dropped, parent reference given back.
+pub(crate) const D_KILLED: u32 = 1 << 3;
+/// The root of a Vfs: never killed before the Vfs is dropped.
+pub(crate) const D_ROOT: u32 = 1 << 4;
+/// Negative entry that was counted in the negative-dentry total.
+pub(crate) const D_NEG_COUNTED: u32 = 1 << 5;
+
+/// A name too long for the inline buffer: immutable once published, and
+/// replaced (never edited) by a rename, so readers need no length pairing.
+pub(crate) struct ExtName(pub(crate) Box<[u8]>);
+
+#[repr(C, align(64))]
+pub struct Dentry {
+    // ---- read-mostly: rcu-walk reads these ----
+    pub(crate) d_flags: AtomicU32,
+    /// Bumped around any change to parent, name or inode, and on unhash.
+    pub(crate) d_seq: SeqCount,
+    /// Next dentry in the hash chain (the chain head holds a lock bit).
+    pub(crate) d_hash_next: AtomicPtr<Dentry>,
+    pub(crate) d_parent: AtomicPtr<Dentry>,
+    /// Name hash in the high 32 bits, name length in the low 32 bits.
+    pub(crate) d_hash_len: AtomicU64,
+    /// Null for a negative dentry.
+    pub(crate) d_inode: AtomicPtr<Inode>,
+    /// Out-of-line name (longer than DNAME_INLINE_LEN), else null.
+    pub(crate) d_name_ext: AtomicPtr<ExtName>,
+    /// The owning Vfs's shared state (Linux's d_sb). Opaque here: the
+    /// cache (`vfs::dcache::sb_of`) knows its type, and this module stays
+    /// below it.
+    pub(crate) d_sb: *const (),
+    /// Backend cookie recorded at lookup, handed to `revalidate` (d_time).
+    pub(crate) d_time: AtomicU64,
+    /// The name, zero padded, when it fits.
+    pub(crate) d_iname: [AtomicU64; INLINE_WORDS],
+    // ---- cold bookkeeping ----
+    /// Cached children that pin this dentry.
+    pub(crate) d_children: AtomicU32,
+    // ---- write-hot: alone on its cache line ----
+    pub(crate) d_lockref: crate::cache_aligned::CacheAligned<LockRef>,
+}
+
+// The rules of the layout, checked at build time. (Not under loom, whose
+// instrumented atomics are larger than the real ones.)
+#[cfg(not(loom))]
+mod layout_rules {
+    use super::*;
+    use crate::cache_aligned::CACHE_LINE;
+    use std::mem::{offset_of, size_of};
+    const LOCKREF_OFF: usize = offset_of!(Dentry, d_lockref);
+    const LOOKUP_END: usize = offset_of!(Dentry, d_iname) + size_of::<[AtomicU64; INLINE_WORDS]>();
+    const _: () = assert!(LOCKREF_OFF % CACHE_LINE == 0);
+    // Every lookup field ends before the LockRef's cache line starts...
+    const _: () = assert!(LOOKUP_END <= LOCKREF_OFF);
+    const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= LOCKREF_OFF);
+    const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= LOCKREF_OFF);
+    // ...and nothing else shares that line with it.
+    const _: () = assert!(offset_of!(Dentry, d_children) + 4 <= LOCKREF_OFF);
+    const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
+    const _: () = assert!(size_of::<Dentry>() <= 192);
+    // The per-step hot fields fit in the first line.
+    const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= CACHE_LINE);
+    const _: () = assert!(DNAME_INLINE_LEN >= 32 && DNAME_INLINE_LEN % 8 == 0);
+}
+
+// SAFETY: all shared mutable state is atomic or behind the lockref; `d_sb`
+// points to the Vfs's Super, which outlives every dentry and is Sync.
+unsafe impl Send for Dentry {}
+// SAFETY: as above.
+unsafe impl Sync for Dentry {}
+
+/// Incremental form of [`name_hash`]: the walker feeds it the words it
+/// reads anyway while looking for the next `/` (Linux's `hash_name` does
+/// the same), so a component is scanned once.
+pub(crate) const HASH_INIT: u64 = 0x243F_6A88_85A3_08D3;
+const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Mix one little-endian word of the name (the last one zero padded).
+#[inline(always)]
+pub(crate) fn hash_word(h: u64, w: u64) -> u64 {
+    let h = (h ^ w).wrapping_mul(HASH_K);
+    h ^ (h >> 29)
+}
+
+/// Finish: fold in the length and reduce to 32 bits.
+#[inline(always)]
+pub(crate) fn hash_finish(h: u64, len: usize) -> u32 {
+    ((h ^ len as u64).wrapping_mul(HASH_K) >> 32) as u32
+}
+
+/// The hash of one name component (independent of the parent).
+///
+/// Word-at-a-time multiply-xorshift; dcache hashes are not an attack surface
+/// that needs SipHash (the bucket index also mixes the parent address), but
+/// they must spread short similar names.
+#[inline]
+pub fn name_hash(name: &[u8]) -> u32 {
+    let mut h = HASH_INIT;
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        h = hash_word(
+            h,
+            u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        );
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        h = hash_word(h, load_partial(rest));
+    }
+    hash_finish(h, name.len())
+}
+
+/// Up to 8 bytes as a zero-padded little-endian word, without a
+/// variable-length copy (which would be a call to memcpy on the hot path).
+#[inline(always)]
+pub(crate) fn load_partial(rest: &[u8]) -> u64 {
+    let n = rest.len();
+    debug_assert!(n <= 8);
+    if n >= 8 {
+        return u64::from_le_bytes([
+            rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7],
+        ]);
+    }
+    let mut v = 0u64;
+    let mut i = 0;
+    if n >= 4 {
+        v = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
+        i = 4;
+    }
+    if n - i >= 2 {
+        v |= (u16::from_le_bytes([rest[i], rest[i + 1]]) as u64) << (8 * i);
+        i += 2;
+    }
+    if n - i >= 1 {
+        v |= (rest[i] as u64) << (8 * i);
+    }
+    v
+}
+
+/// The first (up to) 8 bytes of a name as a zero-padded word.
+#[inline(always)]
+pub(crate) fn first_word(name: &[u8]) -> u64 {
+    if name.len() >= 8 {
+        u64::from_le_bytes([
+            name[0], name[1], name[2], name[3], name[4], name[5], name[6], name[7],
+        ])
+    } else {
+        load_partial(name)
+    }
+}
+
+#[inline(always)]
+pub(crate) fn hash_len(hash: u32, len: usize) -> u64 {
+    (hash as u64) << 32 | len as u64
+}
+
+impl Dentry {
+    /// A new dentry with count 1, not hashed.
+    pub(crate) fn new(sb: *const (), parent: *mut Dentry, name: &[u8], hash: u32) -> Box<Dentry> {
+        let d = Box::new(Dentry {
+            d_flags: AtomicU32::new(0),
+            d_seq: SeqCount::new(),
+            d_hash_next: AtomicPtr::new(std::ptr::null_mut()),
+            d_parent: AtomicPtr::new(parent),
+            d_hash_len: AtomicU64::new(hash_len(hash, name.len())),
+            d_inode: AtomicPtr::new(std::ptr::null_mut()),
+            d_name_ext: AtomicPtr::new(std::ptr::null_mut()),
+            d_sb: sb,
+            d_time: AtomicU64::new(0),
+            d_iname: std::array::from_fn(|_| AtomicU64::new(0)),
+            d_children: AtomicU32::new(0),
+            d_lockref: crate::cache_aligned::CacheAligned::new(LockRef::new()),
+        });
+        d.store_name(name);
+        d
+    }
+
+    /// Write the name storage (inline words or a fresh out-of-line buffer).
+    /// Returns the previous out-of-line buffer, which the caller retires.
+    /// Callers hold `d_seq` for writing (or own the dentry exclusively).
+    pub(crate) fn store_name(&self, name: &[u8]) -> Option<*mut ExtName> {
+        let new_ext = if name.len() > DNAME_INLINE_LEN {
+            Box::into_raw(Box::new(ExtName(name.into())))
+        } else {
+            for (i, slot) in self.d_iname.iter().enumerate() {
+                let lo = (i * 8).min(name.len());
+                let hi = (i * 8 + 8).min(name.len());
+                // Relaxed: published by the d_seq write section (or by the
+                // Release insertion into the hash table for a new dentry).
+                slot.store(load_partial(&name[lo..hi]), Ordering::Relaxed);
+            }
+            std::ptr::null_mut()
+        };
+        // Relaxed: as above.
+        let old = self.d_name_ext.swap(new_ext, Ordering::Relaxed);
+        if old.is_null() {
+            None
+        } else {
+            Some(old)
+        }
+    }
+
+    /// Does this dentry's name equal `name`? Called with `d_seq` sampled (the
+    /// caller validates it afterwards), so the reads are atomic and a torn
+    /// view only produces a mismatch that the sequence check discards.
+    /// `name_eq` for a caller that already holds the name's first word
+    /// (zero padded): names of up to 8 bytes compare with one load.
+    #[inline(always)]
+    pub(crate) fn name_eq_word(&self, name: &[u8], first: u64) -> bool {
+        if name.len() <= 8 {
+            // Relaxed: validated by the caller's d_seq check.
+            self.d_iname[0].load(Ordering::Relaxed) == first
+        } else {
+            self.name_eq(name)
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn name_eq(&self, name: &[u8]) -> bool {
+        if name.len() <= DNAME_INLINE_LEN {
+            let mut chunks = name.chunks_exact(8);
+            let mut i = 0;
+            for c in &mut chunks {
+                let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                // Relaxed: validated by the caller's d_seq check.
+                if self.d_iname[i].load(Ordering::Relaxed) != w {
+                    return false;
+                }
+                i += 1;
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() && self.d_iname[i].load(Ordering::Relaxed) != load_partial(rest) {
+                return false;
+            }
+            true
+        } else {
+            // SeqCst: an RCU-protected pointer load (see inode_ptr).
+            let p = self.d_name_ext.load(Ordering::SeqCst);
+            if p.is_null() {
+                return false;
+            }
+            // SAFETY: a non-null d_name_ext points to an immutable ExtName
+            // that is freed only after a grace period; we are inside a read
+            // section or hold a reference. A rename installs a new ExtName
+            // instead of writing this one, so the bytes cannot change.
+            let ext = unsafe { &*p };
+            &ext.0[..] == name
+        }
+    }
+
+    /// The name, copied (for callers holding a reference or the rename lock).
+    pub fn name(&self) -> Vec<u8> {
+        let len = (self.d_hash_len.load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+        if len > DNAME_INLINE_LEN {
+            // SeqCst: RCU-protected pointer load.
+            let p = self.d_name_ext.load(Ordering::SeqCst);
+            if p.is_null() {
+                return Vec::new();
+            }
+            // SAFETY: see `name_eq`; the caller is in a read section or
+            // holds a reference, so the ExtName is not freed under us.
+            unsafe { (*p).0.to_vec() }
+        } else {
+            let mut out = Vec::with_capacity(DNAME_INLINE_LEN);
+            for slot in &self.d_iname {
+                out.extend_from_slice(&slot.load(Ordering::Relaxed).to_le_bytes());
+            }
+            out.truncate(len);
+            out
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn flags(&self) -> u32 {
+        // Relaxed: flags are validated by d_seq or read under the d_lock.
+        self.d_flags.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_flags(&self, f: u32) {
+        // Relaxed: changed under the d_lock; readers validate with d_seq.
+        self.d_flags.fetch_or(f, Ordering::Relaxed);
+    }
+
+    pub(crate) fn clear_flags(&self, f: u32) {
+        // Relaxed: as set_flags.
+        self.d_flags.fetch_and(!f, Ordering::Relaxed);
+    }
+
+    /// The inode, or null for a negative dentry. The pointer may be
+    /// dereferenced only inside a read section (or while holding a
+    /// reference that pins the inode): an inode is freed a grace period
+    /// after its last dentry lets it go. SeqCst: an RCU-protected pointer
+    /// load (seize requires it; a plain `mov` on x86).
+    #[inline(always)]
+    pub fn inode_ptr(&self) -> *mut Inode {
+        self.d_inode.load(Ordering::SeqCst)
+    }
+
+    #[inline(always)]
+    pub(crate) fn parent_ptr(&self) -> *mut Dentry {
+        // SeqCst: RCU-protected pointer load, as inode_ptr.
+        self.d_parent.load(Ordering::SeqCst)
+    }
+
+    /// The reference count (racy; for tests and diagnostics).
+    pub fn count(&self) -> i32 {
+        self.d_lockref.count()
+    }
+}
+
+impl Drop for Dentry {
+    fn drop(&mut self) {
+        let p = self.d_name_ext.load(Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: we own the dentry exclusively; the ExtName was leaked
+            // from a Box by `store_name` and is freed exactly here.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
