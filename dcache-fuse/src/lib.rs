@@ -45,6 +45,7 @@
 // every block its `// SAFETY:` line.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 
 // Under `--cfg loom` only the poll gate is built: its model tests are the
 // reason for that build, and the rest runs real threads.

@@ -15,6 +15,7 @@
 // every block its `// SAFETY:` line.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 
 pub mod cache_aligned;
 pub mod cred;
@@ -32,6 +33,15 @@ pub mod seqcount;
 pub mod sync;
 mod table;
 pub mod vfs;
+
+/// The `open` flags [`Vfs::open`] understands (Linux's values, so no
+/// `libc` dependency is needed to call it).
+pub mod oflags {
+    pub use libc::{
+        O_ACCMODE, O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW, O_PATH, O_RDONLY, O_RDWR,
+        O_TRUNC, O_WRONLY,
+    };
+}
 
 pub use cred::{Caps, Cred};
 pub use errno::{Errno, Result};

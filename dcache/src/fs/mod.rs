@@ -116,6 +116,66 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// Attributes of a new inode `ino` of type `kind` with permission bits
+    /// `perm`: owned by root, empty, one link (two for a directory), all
+    /// times zero, 4096-byte blocks. Chain the `with_*` setters for the
+    /// rest:
+    ///
+    /// ```
+    /// use dcache::{Attr, FileType, Timespec};
+    /// let a = Attr::new(7, FileType::Regular, 0o644)
+    ///     .with_size(5)
+    ///     .with_owner(1000, 1000)
+    ///     .with_times(Timespec { sec: 1_700_000_000, nsec: 0 });
+    /// assert_eq!(a.mode(), 0o100644);
+    /// assert_eq!((a.nlink, a.blocks), (1, 1));
+    /// ```
+    pub fn new(ino: Ino, kind: FileType, perm: u16) -> Attr {
+        Attr {
+            ino,
+            size: 0,
+            blocks: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            kind,
+            perm: perm & 0o7777,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+        }
+    }
+
+    /// With `size` bytes (and the 512-byte blocks that hold them).
+    pub fn with_size(mut self, size: u64) -> Attr {
+        self.size = size;
+        self.blocks = size.div_ceil(512);
+        self
+    }
+
+    /// Owned by `uid` and `gid`.
+    pub fn with_owner(mut self, uid: u32, gid: u32) -> Attr {
+        self.uid = uid;
+        self.gid = gid;
+        self
+    }
+
+    /// With access, modification and change times all `t`.
+    pub fn with_times(mut self, t: Timespec) -> Attr {
+        self.atime = t;
+        self.mtime = t;
+        self.ctime = t;
+        self
+    }
+
+    /// With `nlink` links.
+    pub fn with_nlink(mut self, nlink: u32) -> Attr {
+        self.nlink = nlink;
+        self
+    }
+
     /// The full `st_mode` (type bits and permission bits).
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | self.perm as u32

@@ -71,9 +71,10 @@ impl ReadSection<'_> {
         &mut self,
         cred: &Cred,
         at: At<'_>,
-        path: &[u8],
+        path: impl AsRef<[u8]>,
         follow: bool,
     ) -> Result<Attr> {
+        let path = path.as_ref();
         self.tick();
         super::walk::check_path(path)?;
         match self
