@@ -238,6 +238,19 @@ pub struct DirEntry {
     pub name: Vec<u8>,
 }
 
+impl DirEntry {
+    /// Entry `name` for inode `ino` of type `kind`; `offset` is the cookie
+    /// that continues after it.
+    pub fn new(ino: Ino, offset: u64, kind: FileType, name: impl Into<Vec<u8>>) -> DirEntry {
+        DirEntry {
+            ino,
+            offset,
+            kind,
+            name: name.into(),
+        }
+    }
+}
+
 /// `statfs` results.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
