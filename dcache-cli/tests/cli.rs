@@ -279,6 +279,11 @@ fn layout_prints_the_lockref_alone_on_its_line() {
     assert!(out.contains("struct CacheAligned<LockRef>"), "{out}");
     assert!(out.contains("--- cache line 0 (offset 0) ---"), "{out}");
     assert!(out.contains("hot 0: alone on cache line 0"), "{out}");
+    // The dentry's counts share line 2 with nothing an rcu-walk reads.
+    assert!(
+        out.contains("hot d_lockref: shares cache line 2 only with hot d_children"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -7,13 +7,17 @@
 //!   parent, name hash+length, inode, the name itself (inline up to
 //!   `DNAME_INLINE_LEN` bytes, out of line beyond), the revalidation cookie.
 //!   Written only on rename, instantiate, unhash: read-mostly.
-//! - cache line 2: the `LockRef`, alone. Every counted reference (open,
-//!   ref-walk, a FUSE node's pin) writes it; sharing its line with any
-//!   lookup field would make every reference taken by one CPU evict the
-//!   line all other CPUs' lockless walks are reading.
-//! - after the name, on line 1: cold bookkeeping (the children count).
+//! - cache line 2: the counts. The `LockRef` first: every counted reference
+//!   (open, ref-walk, a FUSE node's pin) writes it. Then the children count,
+//!   written with the parent's lockref whenever a child is made or killed
+//!   (Linux likewise keeps its lists and counters after `d_lockref`).
+//!   Sharing a read line with any of them would make every reference taken
+//!   by one CPU evict the line all other CPUs' lockless walks are reading.
 //!
-//! The `const` asserts below make the split a build failure to break.
+//! The `const` asserts below make the split a build failure to break: the
+//! lookup fields end before line 2, and every field written outside a
+//! `d_seq` write section for counting (the lockref, the children count)
+//! starts on or after it.
 
 use crate::inode::Inode;
 use crate::lockref::LockRef;
@@ -64,12 +68,17 @@ pub struct Dentry {
     pub(crate) d_time: AtomicU64,
     /// The name, zero padded, when it fits.
     pub(crate) d_iname: [AtomicU64; INLINE_WORDS],
-    // ---- cold bookkeeping ----
-    /// Cached children that pin this dentry.
+    /// Up to the count line: read lines hold nothing else.
+    _read_pad: [u8; READ_PAD],
+    // ---- write-hot: the counts, on their own cache line ----
+    pub(crate) d_lockref: LockRef,
+    /// Cached children that pin this dentry (changed with `d_lockref`).
     pub(crate) d_children: AtomicU32,
-    // ---- write-hot: alone on its cache line ----
-    pub(crate) d_lockref: crate::cache_aligned::CacheAligned<LockRef>,
 }
+
+/// Bytes from the end of the inline name to the count line (line 2): the
+/// read fields are 64 bytes of pointers and words plus the inline name.
+const READ_PAD: usize = 2 * 64 - (64 + DNAME_INLINE_LEN);
 
 // The rules of the layout, checked at build time. (Not under loom, whose
 // instrumented atomics are larger than the real ones.)
@@ -85,8 +94,20 @@ mod layout_rules {
     const _: () = assert!(LOOKUP_END <= LOCKREF_OFF);
     const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= LOCKREF_OFF);
     const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= LOCKREF_OFF);
-    // ...and nothing else shares that line with it.
-    const _: () = assert!(offset_of!(Dentry, d_children) + 4 <= LOCKREF_OFF);
+    // ...and every count written after the dentry is published (by every
+    // reference, every child made or killed) sits on the count line, never
+    // on a line an rcu-walk reads.
+    const COUNTS: [usize; 2] = [
+        offset_of!(Dentry, d_lockref),
+        offset_of!(Dentry, d_children),
+    ];
+    const _: () = {
+        let mut i = 0;
+        while i < COUNTS.len() {
+            assert!(COUNTS[i] >= LOCKREF_OFF && COUNTS[i] < LOCKREF_OFF + CACHE_LINE);
+            i += 1;
+        }
+    };
     const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
     const _: () = assert!(size_of::<Dentry>() <= 192);
     // The per-step hot fields fit in the first line.
@@ -199,8 +220,9 @@ impl Dentry {
             d_sb: sb,
             d_time: AtomicU64::new(0),
             d_iname: std::array::from_fn(|_| AtomicU64::new(0)),
+            _read_pad: [0; READ_PAD],
+            d_lockref: LockRef::new(),
             d_children: AtomicU32::new(0),
-            d_lockref: crate::cache_aligned::CacheAligned::new(LockRef::new()),
         });
         d.store_name(name);
         d

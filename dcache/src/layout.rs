@@ -277,7 +277,7 @@ impl TypeLayout {
 pub fn registry() -> Vec<TypeLayout> {
     vec![
         crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
-        dentry_layout().with_hot(&["d_lockref"]),
+        dentry_layout().with_hot(&["d_lockref", "d_children"]),
         // An open file as the Vfs makes them: its path is a dentry reference.
         crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Split>(),
         crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Packed>(),
@@ -297,8 +297,8 @@ fn dentry_layout() -> TypeLayout {
         d_sb,
         d_time,
         d_iname,
-        d_children,
-        d_lockref
+        d_lockref,
+        d_children
     })
 }
 
