@@ -26,7 +26,9 @@ pub enum OnHeld {
 /// Which way an operation moves the count (the Waiman thresholds differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
+    /// The count goes up (`get`).
     Inc,
+    /// The count goes down (`put`).
     Dec,
 }
 
@@ -43,6 +45,7 @@ pub trait Policy: Send + Sync + 'static {
     /// (`None`: no floor). Whatever the floor, each operation's result is the
     /// one its locked path would give; only the path taken changes.
     const INC_FLOOR: Option<i32> = None;
+    /// As `INC_FLOOR`, for operations that decrement.
     const DEC_FLOOR: Option<i32> = None;
 }
 
