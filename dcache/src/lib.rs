@@ -28,7 +28,7 @@
 //! - [`errno`]: the error type.
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
 //! - [`lookupcount`]: the FUSE lookup count kept on an inode.
-//! - [`file`]: a `struct file` and a file-descriptor table over a `Vfs`.
+//! - [`file`](mod@file): a `struct file` and a file-descriptor table over a `Vfs`.
 //! - [`layout`]: pahole-style field layouts of the hot structures.
 //!
 //! All lock-free code reaches atomics through one module, so it also builds
