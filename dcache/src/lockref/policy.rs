@@ -52,6 +52,7 @@ pub trait Policy: Send + Sync + 'static {
 /// Linux's retry cap (lib/lockref.c). Shrunk under loom.
 #[cfg(not(loom))]
 pub const CMPXCHG_LOOP_MAX: u32 = 100;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const CMPXCHG_LOOP_MAX: u32 = 3;
 
@@ -70,6 +71,7 @@ pub const WAIMAN_TRIES: u32 = 2;
 /// not a time, and is not yet tuned against measurements.
 #[cfg(not(loom))]
 pub const SHORT_SPIN_BUDGET: u32 = 1024;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const SHORT_SPIN_BUDGET: u32 = 2;
 
@@ -81,6 +83,7 @@ pub const SHORT_SPIN_BUDGET: u32 = 2;
 /// is itself only a few steps long.
 #[cfg(not(loom))]
 pub const SHORT_BACKOFF_MAX: u32 = 8;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const SHORT_BACKOFF_MAX: u32 = 1;
 
