@@ -1,6 +1,6 @@
 //! The thread side of the harness: the hot loop, its counter and the flags.
 //!
-//! Each worker counts into its own [`Slot`], 256 bytes away from every other
+//! Each worker counts into its own `Slot`, 256 bytes away from every other
 //! (will-it-scale's spacing: x86's adjacent-line prefetcher pulls 128-byte
 //! pairs, so 64 bytes apart would still let two counters disturb each
 //! other). The loop keeps the count in a register and publishes it with a

@@ -61,6 +61,8 @@ impl Backend {
         matches!(self, Backend::KernFs(_))
     }
 
+    /// Make the backend (an empty memfs, a passthrough of the directory,
+    /// or a generated kernfs tree); the error says why it cannot be served.
     pub fn build(&self) -> Result<Arc<dyn FileSystem>, String> {
         Ok(match self {
             Backend::Mem => Arc::new(MemFs::new()),

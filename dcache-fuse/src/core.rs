@@ -25,7 +25,9 @@ use super::stats::Stats;
 /// A node for an entry reply: its id and attributes (`attr.ino == id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The node id the reply names.
     pub id: u64,
+    /// The node's attributes, with `ino` shown as the node id.
     pub attr: Attr,
     /// The directory the name is in may be searched by everyone (its mode
     /// has 0111): with dcache checking permissions, only such names may be
@@ -62,6 +64,7 @@ pub struct FuseCore {
 }
 
 impl FuseCore {
+    /// Serve `vfs`; at first only the root is a node.
     pub fn new(vfs: Vfs) -> FuseCore {
         let stats = Arc::new(Stats::default());
         let nodes = Nodes::new(&vfs, stats.clone());
@@ -74,6 +77,7 @@ impl FuseCore {
         }
     }
 
+    /// The dentry cache underneath.
     pub fn vfs(&self) -> &Vfs {
         &self.vfs
     }
@@ -123,7 +127,7 @@ impl FuseCore {
     /// A name whose inode the kernel already holds (the common case: the
     /// revalidation LOOKUPs that timeouts of 0 cause on every path walk) is
     /// answered from the rcu-walk without taking a reference or a lock
-    /// ([`Nodes::hand_out_held`]). Anything else takes the counted path.
+    /// (`Nodes::hand_out_held`). Anything else takes the counted path.
     pub fn lookup(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
         let open_parent = open_dir(&p);
@@ -169,25 +173,32 @@ impl FuseCore {
         Some((pid, n.name()))
     }
 
+    /// FORGET: the kernel gives back `n` lookups of node `id`; the node is
+    /// dropped when its count reaches 0.
     pub fn forget(&self, id: NodeId, n: u64) {
         self.nodes.forget(&self.vfs, id, n)
     }
 
+    /// GETATTR: the node's attributes (cached unless the backend
+    /// revalidates).
     pub fn getattr(&self, id: NodeId) -> Result<Attr> {
         Ok(self.shown(self.vfs.getattr_dentry(&*self.node(id)?)?))
     }
 
-    /// `via_fh`: the request names an open file (ftruncate, futimens), so
-    /// a size change needs no write permission.
+    /// SETATTR, with Linux's rules for `cred`. `via_fh`: the request names
+    /// an open file (ftruncate, futimens), so a size change needs no write
+    /// permission.
     pub fn setattr(&self, cred: &Cred, id: NodeId, set: &SetAttr, via_fh: bool) -> Result<Attr> {
         let n = self.node(id)?;
         Ok(self.shown(self.vfs.setattr_dentry_as(cred, &n, set, via_fh)?))
     }
 
+    /// READLINK: the symlink's target.
     pub fn readlink(&self, id: NodeId) -> Result<Vec<u8>> {
         self.vfs.readlink_dentry(&*self.node(id)?)
     }
 
+    /// MKNOD: `mode` carries the file type and permission bits.
     pub fn mknod(
         &self,
         cred: &Cred,
@@ -206,6 +217,7 @@ impl FuseCore {
         self.entry(d, open_dir(&p))
     }
 
+    /// MKDIR: a directory `name` in `parent`, owned by `cred`.
     pub fn mkdir(&self, cred: &Cred, parent: NodeId, name: &[u8], mode: u32) -> Result<Entry> {
         let p = self.node(parent)?;
         let d = self
@@ -215,6 +227,7 @@ impl FuseCore {
         self.entry(d, open_dir(&p))
     }
 
+    /// SYMLINK: `name` in `parent` becomes a symlink to `target`.
     pub fn symlink(
         &self,
         cred: &Cred,
@@ -247,16 +260,19 @@ impl FuseCore {
         self.entry(d, open_dir(&np))
     }
 
+    /// UNLINK: remove the non-directory `name` from `parent`.
     pub fn unlink(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
         self.vfs.as_cred(cred).unlink(At::Dir(p.dentry()), name)
     }
 
+    /// RMDIR: remove the empty directory `name` from `parent`.
     pub fn rmdir(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
         self.vfs.as_cred(cred).rmdir(At::Dir(p.dentry()), name)
     }
 
+    /// RENAME/RENAME2: `flags` are renameat2's (EINVAL for unknown bits).
     pub fn rename(
         &self,
         cred: &Cred,
@@ -327,6 +343,7 @@ impl FuseCore {
         unsafe { self.handles.get(fh) }
     }
 
+    /// READ: up to `size` bytes at `offset` (fewer at end of file).
     pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Result<Vec<u8>> {
         let f = self.file(fh);
         let mut buf = vec![0u8; size as usize];
@@ -335,20 +352,25 @@ impl FuseCore {
         Ok(buf)
     }
 
+    /// WRITE: `data` at `offset`; returns the bytes written.
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
         self.file(fh).write(offset, data)
     }
 
+    /// FLUSH: a descriptor of the open file is being closed.
     pub fn flush(&self, fh: Fh) -> Result<()> {
         let f = self.file(fh);
         self.vfs.backend().flush(f.ino(), f.fh())
     }
 
+    /// FSYNC (`fdatasync` when `datasync`).
     pub fn fsync(&self, fh: Fh, datasync: bool) -> Result<()> {
         let f = self.file(fh);
         self.vfs.backend().fsync(f.ino(), f.fh(), datasync)
     }
 
+    /// RELEASE: close the open file behind `fh` (the handle is invalid
+    /// afterwards).
     pub fn release_file(&self, fh: Fh) -> Result<()> {
         // SAFETY: as in `file`; `Fh`'s contract makes this the handle's one
         // RELEASE, after its last other request.
@@ -423,6 +445,7 @@ impl FuseCore {
         Ok(())
     }
 
+    /// STATFS, answered by the backend.
     pub fn statfs(&self) -> Result<StatFs> {
         self.vfs.statfs()
     }

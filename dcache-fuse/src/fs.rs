@@ -39,6 +39,7 @@ const GENERATION: Generation = Generation(0);
 /// Per-mount behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FsConfig {
+    /// How long the kernel may cache attributes and names.
     pub timeouts: Timeouts,
     /// Advertise READDIRPLUS (entries come with attributes and references).
     pub readdirplus: bool,
@@ -88,6 +89,7 @@ fn handle(fh: FileHandle) -> Fh {
 }
 
 impl DcacheFs {
+    /// Serve `vfs` with `cfg`.
     pub fn new(vfs: Vfs, cfg: FsConfig) -> DcacheFs {
         let core = FuseCore::new(vfs);
         DcacheFs {
@@ -105,6 +107,7 @@ impl DcacheFs {
         self.inval.clone()
     }
 
+    /// The dentry cache underneath.
     pub fn vfs(&self) -> &Vfs {
         self.core.vfs()
     }
@@ -114,6 +117,7 @@ impl DcacheFs {
         &self.core
     }
 
+    /// The per-mount behaviour.
     pub fn config(&self) -> &FsConfig {
         &self.cfg
     }

@@ -22,7 +22,7 @@ impl Fh {
     /// The file handle a request names.
     ///
     /// # Safety
-    /// `fh` was returned by [`Handles::insert`] of this mount (the kernel
+    /// `fh` was returned by `Handles::insert` of this mount (the kernel
     /// sends back only handles it got from open or create), it has not been
     /// released, and it is not released while this request runs: the
     /// kernel sends RELEASE once, after every other request on the handle.
@@ -38,11 +38,12 @@ impl Fh {
 }
 
 /// Makes and takes back handles, counting them for the unmount report.
-pub struct Handles {
+pub(crate) struct Handles {
     stats: Arc<Stats>,
 }
 
 impl Handles {
+    /// No handles yet; counts go to `stats`.
     pub fn new(stats: Arc<Stats>) -> Handles {
         Handles { stats }
     }

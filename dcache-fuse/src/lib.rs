@@ -24,13 +24,14 @@
 //! - [`attr`]: attribute conversion.
 //! - [`stats`]: what the kernel holds (nodes, lookups, open files), for the
 //!   unmount report `dcache: unmounted, N nodes still referenced`.
-//! - [`options`], [`backend`], [`cli`], [`session`]: the command line, the
-//!   mount options, the backends, and mounting, signals, pruning the
-//!   kernel's cache and unmounting.
+//! - [`options`], [`backend`], [`session`]: the mount options, the
+//!   backends, and mounting ([`mount`], or [`session::serve`] for the
+//!   `dcache mount` command line), signals, pruning the kernel's cache and
+//!   unmounting.
 //! - [`poll`]: one worker busy-polls /dev/fuse while requests keep coming
 //!   and CPUs are free ([`crate::pollgate`] decides when).
-//! - [`testing`]: mount a memfs tree through the daemon for tests and
-//!   benchmarks.
+//! - `testing` (hidden): mount a memfs tree through the daemon for this
+//!   workspace's tests and benchmarks.
 //!
 //! Inode numbers, as `stat` and `readdir` show them through the mount:
 //! memfs and kernfs number inodes from 1 and never reuse a number;
@@ -70,7 +71,10 @@ pub mod pollgate;
 pub mod session;
 #[cfg(not(loom))]
 pub mod stats;
+// For the tests and benchmarks of this workspace (mount a memfs tree
+// through the daemon); not part of the supported API.
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod testing;
 
 #[cfg(not(loom))]

@@ -14,15 +14,15 @@
 //!   passthrough over one host filesystem, a daemon restart.
 //! - **The kernel's lookup count lives on the inode** (`Inode::i_lookups`,
 //!   protocol in [`dcache::lookupcount`]). While it is above zero the node is
-//!   *published* in a lock-free map (papaya) from node id to [`Node`], which
+//!   *published* in a lock-free map (papaya) from node id to `Node`, which
 //!   holds one counted reference on a dentry of the inode: the one the
 //!   first counted lookup came through. That reference keeps the dentry
 //!   and so the inode alive until the `forget` that empties the count.
 //! - A lookup of a node the kernel already holds (every revalidation under
 //!   `entry_timeout=0`) is answered from the rcu-walk
-//!   ([`Nodes::hand_out_held`]): one compare-and-swap on the inode's count,
+//!   (`Nodes::hand_out_held`): one compare-and-swap on the inode's count,
 //!   no reference, no lock, no allocation, no map access.
-//! - Any other lookup ([`Nodes::hand_out`]) holds a reference of its own;
+//! - Any other lookup (`Nodes::hand_out`) holds a reference of its own;
 //!   under the node's transition lock (one of a few striped mutexes, taken
 //!   only when a count may leave or reach zero) it publishes the node at 0
 //!   and gives its reference to it, otherwise drops its reference.
@@ -74,6 +74,7 @@ impl NodeId {
         NodeId(id)
     }
 
+    /// The number on the wire.
     pub fn raw(self) -> u64 {
         self.0
     }
@@ -88,6 +89,7 @@ pub struct IdMap {
 }
 
 impl IdMap {
+    /// The map for a backend whose root is `root_ino`.
     pub fn new(root_ino: Ino) -> IdMap {
         IdMap { root_ino }
     }
@@ -113,7 +115,7 @@ impl IdMap {
 
 /// A dentry borrowed for one request: derefs to a `DentryRef` but never
 /// drops a count.
-pub struct Borrowed<'v>(ManuallyDrop<DentryRef<'v>>);
+pub(crate) struct Borrowed<'v>(ManuallyDrop<DentryRef<'v>>);
 
 impl<'v> Deref for Borrowed<'v> {
     type Target = DentryRef<'v>;
@@ -169,7 +171,7 @@ impl Hasher for IdHasher {
 
 /// The node side of a mount: the root's reference, the published nodes,
 /// and what the kernel holds.
-pub struct Nodes {
+pub(crate) struct Nodes {
     root: *const Dentry,
     ids: IdMap,
     map: papaya::HashMap<u64, Node, IdHash>,

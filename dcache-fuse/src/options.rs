@@ -25,7 +25,9 @@ pub const DEFAULT_SUBTYPE: &str = "dcache";
 /// How long the kernel may trust what we tell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
+    /// How long the kernel caches attributes (`attr_timeout`).
     pub attr: Duration,
+    /// How long the kernel caches a name (`entry_timeout`).
     pub entry: Duration,
     /// Zero: missing names are answered with ENOENT and not cached.
     pub negative: Duration,
@@ -63,19 +65,30 @@ pub const MIN_CPUS_TO_POLL: usize = 4;
 /// Everything `-o` can set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOptions {
+    /// The kernel's cache timeouts (`attr_timeout`, `entry_timeout`,
+    /// `negative_timeout`, `timeout`).
     pub timeouts: Timeouts,
+    /// Who besides the mounting user may enter (`allow_other`,
+    /// `allow_root`).
     pub allow: SessionACL,
+    /// The kernel checks permissions (`default_permissions`, the default);
+    /// `false`: dcache checks them for each request's credential.
     pub default_permissions: bool,
+    /// Advertise READDIRPLUS (default on).
     pub readdirplus: bool,
     /// `None`: the backend's default.
     pub direct_io: Option<bool>,
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
+    /// One /dev/fuse descriptor per worker (`clone_fd`, default on).
     pub clone_fd: bool,
     /// Busy-poll window ([`super::poll`]); zero: never poll; `None`:
     /// [`DEFAULT_POLL`] on machines with [`MIN_CPUS_TO_POLL`] CPUs or more.
     pub poll: Option<Duration>,
+    /// The mount's source name (`fsname=`); `None`: a default chosen by
+    /// the caller (the backend's name for `dcache mount`).
     pub fsname: Option<String>,
+    /// The mount's type suffix (`subtype=`); `None`: [`DEFAULT_SUBTYPE`].
     pub subtype: Option<String>,
     /// Other options passed to the kernel or fusermount.
     pub mount: Vec<MountOption>,

@@ -56,6 +56,7 @@ pub struct PollGate {
 }
 
 impl PollGate {
+    /// A cold gate.
     pub fn new() -> PollGate {
         PollGate::default()
     }

@@ -20,14 +20,14 @@
 //! **Whose mount.** Right after mounting, the daemon records the new
 //! mount's device (`major:minor` in /proc/self/mountinfo) and from then on
 //! unmounts only a mount with that device, and only while it is the top
-//! one on its path ([`OwnMount`]). fuser's own unmount (when its session or
+//! one on its path (`OwnMount`). fuser's own unmount (when its session or
 //! `BackgroundSession` is dropped) is never let run: it unmounts by path,
 //! and fuser 0.18's "already unmounted?" test (a poll of /dev/fuse) takes
 //! POLLERR, which an unmounted connection returns, for "still mounted" —
 //! so after `fusermount3 -u` of a mount stacked on another dcache mount,
 //! the upper daemon would unmount the lower one too.
 //!
-//! **Before mounting** the mount point is checked ([`preflight`]): it must
+//! **Before mounting** the mount point is checked (`preflight`): it must
 //! exist and be a directory (a mount on a file succeeds but then answers
 //! every access with EIO). A mount point that answers ENOTCONN is a FUSE
 //! mount whose daemon died; one of ours (type `fuse.dcache`) is detached
@@ -63,8 +63,11 @@ use super::stats::{Report, Stats};
 /// What `dcache mount` was asked to do.
 #[derive(Clone, Debug)]
 pub struct ServeRequest {
+    /// What to serve.
     pub backend: Backend,
+    /// Where to mount it.
     pub mountpoint: PathBuf,
+    /// The `-o` options.
     pub options: MountOptions,
     /// `-f`: stay in the foreground.
     pub foreground: bool,
@@ -168,7 +171,7 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
 }
 
 /// Makes the kernel forget what it caches but does not use.
-pub struct Pruner {
+pub(crate) struct Pruner {
     notifier: Notifier,
     mountpoint: PathBuf,
     stats: Arc<Stats>,
@@ -217,6 +220,7 @@ pub struct Mounted {
 }
 
 impl Mounted {
+    /// The mount point (canonical).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -267,7 +271,26 @@ impl Drop for Mounted {
     }
 }
 
-/// Mount `backend` on `mountpoint` in this process with `options`.
+/// Mount `backend` on `mountpoint` in this process with `options`, behind
+/// a dentry cache ([`Vfs`]); FUSE worker threads serve it in the
+/// background until the returned [`Mounted`] is unmounted or dropped.
+///
+/// Needs `/dev/fuse` and the right to mount (root, or `fusermount3`).
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::sync::Arc;
+/// use dcache::fs::memfs::MemFs;
+/// use dcache_fuse::{mount, MountOptions};
+///
+/// let fs = Arc::new(MemFs::new());
+/// fs.write_file("hello", b"world\n")?;
+/// let m = mount(fs, Path::new("/mnt/mem"), &MountOptions::default())?;
+/// assert_eq!(std::fs::read(m.path().join("hello"))?, b"world\n");
+/// let report = m.unmount()?;
+/// println!("{} nodes still referenced", report.referenced);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn mount(
     backend: Arc<dyn FileSystem>,
     mountpoint: &Path,
@@ -308,7 +331,7 @@ pub fn mount(
 /// it must be a directory; a dead dcache mount on it (its daemon killed)
 /// is detached first; a dead mount of another file system is refused with
 /// the command that removes it.
-pub fn preflight(mountpoint: &Path, subtype: &str) -> Result<PathBuf, String> {
+pub(crate) fn preflight(mountpoint: &Path, subtype: &str) -> Result<PathBuf, String> {
     let fail =
         |e: Errno, hint: &str| format!("cannot mount on {}: {e}{hint}", mountpoint.display());
     // A dead mount may sit on a dead mount: detach a few at most.
@@ -403,7 +426,7 @@ fn umount(at: &Path, flags: i32) -> io::Result<()> {
 /// which no other mount shares. Unmounting goes by path (there is no other
 /// way), so it is done only while the top mount on the path is this one.
 #[derive(Clone, Debug)]
-pub struct OwnMount {
+pub(crate) struct OwnMount {
     path: PathBuf,
     dev: (u32, u32),
 }

@@ -18,7 +18,7 @@ const SHARDS: usize = 16;
 /// "negative" (a forget subtracts on another thread than the lookup
 /// added); the values wrap, and their wrapping sum is the count.
 #[derive(Default)]
-pub struct Sharded([CacheAligned<AtomicU64>; SHARDS]);
+pub(crate) struct Sharded([CacheAligned<AtomicU64>; SHARDS]);
 
 /// This thread's shard, assigned round-robin on first use.
 fn shard() -> usize {
@@ -58,6 +58,8 @@ impl Sharded {
     }
 }
 
+/// What the kernel holds of one mount: node references, nodes and open
+/// files (updated by the request handlers, read with [`Stats::report`]).
 #[derive(Default)]
 pub struct Stats {
     /// Counted dentry references handed to the kernel, not yet forgotten.
@@ -84,6 +86,7 @@ pub struct Report {
 }
 
 impl Stats {
+    /// The counts now.
     pub fn report(&self) -> Report {
         // Relaxed: see the module docs.
         Report {

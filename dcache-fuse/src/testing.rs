@@ -97,6 +97,7 @@ impl TempMount {
         }
     }
 
+    /// The mount point.
     pub fn path(&self) -> &Path {
         &self.dir
     }

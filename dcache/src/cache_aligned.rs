@@ -9,6 +9,7 @@ use std::ops::{Deref, DerefMut};
 /// and most arm64 parts; Apple M-series use 128 but are not a target here).
 pub const CACHE_LINE: usize = 64;
 
+/// `T` aligned (and padded) to a cache line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct CacheAligned<T>(pub T);
@@ -17,9 +18,11 @@ const _: () = assert!(std::mem::align_of::<CacheAligned<u8>>() == CACHE_LINE);
 const _: () = assert!(std::mem::size_of::<CacheAligned<u64>>() == CACHE_LINE);
 
 impl<T> CacheAligned<T> {
+    /// Wrap `v`.
     pub const fn new(v: T) -> Self {
         Self(v)
     }
+    /// Unwrap.
     pub fn into_inner(self) -> T {
         self.0
     }

@@ -28,13 +28,17 @@ impl Caps {
     pub const FOWNER: Caps = Caps(1 << 3);
     /// Keep S_ISUID/S_ISGID where a change would clear them.
     pub const FSETID: Caps = Caps(1 << 4);
+    /// No capabilities.
     pub const NONE: Caps = Caps(0);
+    /// Every capability above.
     pub const ALL: Caps = Caps(0b1_1111);
 
+    /// True if every capability in `c` is in `self`.
     pub const fn contains(self, c: Caps) -> bool {
         self.0 & c.0 == c.0
     }
 
+    /// The capabilities in either set.
     pub const fn union(self, c: Caps) -> Caps {
         Caps(self.0 | c.0)
     }
@@ -52,14 +56,16 @@ pub struct Cred {
     pub fsuid: u32,
     /// Group of new files (outside setgid directories).
     pub fsgid: u32,
-    /// Real uid and gid: what `access(2)` checks without `AT_EACCESS`.
+    /// Real uid: what `access(2)` checks without `AT_EACCESS`.
     pub uid: u32,
+    /// Real gid: what `access(2)` checks without `AT_EACCESS`.
     pub gid: u32,
     /// Supplementary groups, sorted; read from `/proc/PID/status` on first
     /// use when `groups_of` names a task (FUSE requests: most checks never
     /// need them).
     groups: OnceLock<Vec<u32>>,
     groups_of: u32,
+    /// The capabilities that override file permissions.
     pub caps: Caps,
 }
 
@@ -85,6 +91,24 @@ impl Cred {
 
     /// An unprivileged caller: `uid`, `gid` (as both real and filesystem
     /// ids), supplementary `groups`, no capabilities.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Cred, Errno, Vfs};
+    ///
+    /// // Root-owned tree; `secret` is mode 0700.
+    /// let fs = Arc::new(MemFs::with_root(0o755, 0, 0));
+    /// fs.mkdir_p("secret", 0o700)?;
+    /// let vfs = Vfs::new(fs)?;
+    ///
+    /// let alice = Cred::user(1000, 1000, &[100]);
+    /// assert!(alice.in_group(100));
+    /// // No search permission on `secret` for alice.
+    /// let err = vfs.as_cred(&alice).stat(At::Root, "secret/x").unwrap_err();
+    /// assert_eq!(err, Errno::EACCES);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn user(uid: u32, gid: u32, groups: &[u32]) -> Cred {
         let mut g = groups.to_vec();
         g.sort_unstable();
@@ -128,6 +152,8 @@ impl Cred {
         self
     }
 
+    /// The supplementary groups, sorted (loaded from `/proc` on first use
+    /// for a credential made with [`Cred::of_task`]).
     pub fn groups(&self) -> &[u32] {
         self.groups.get_or_init(|| {
             if self.groups_of == 0 {
@@ -146,6 +172,7 @@ impl Cred {
         gid == self.fsgid || self.groups().binary_search(&gid).is_ok()
     }
 
+    /// True if the credential holds every capability in `c`.
     #[inline(always)]
     pub fn has(&self, c: Caps) -> bool {
         self.caps.contains(c)

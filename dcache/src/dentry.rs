@@ -25,7 +25,7 @@ use crate::seqcount::SeqCount;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Names up to this many bytes live inside the dentry.
-pub const DNAME_INLINE_LEN: usize = 40;
+pub(crate) const DNAME_INLINE_LEN: usize = 40;
 const INLINE_WORDS: usize = DNAME_INLINE_LEN / 8;
 
 /// In the hash table (reachable by lookups).
@@ -45,6 +45,9 @@ pub(crate) const D_NEG_COUNTED: u32 = 1 << 5;
 /// replaced (never edited) by a rename, so readers need no length pairing.
 pub(crate) struct ExtName(pub(crate) Box<[u8]>);
 
+/// One cached name in one directory (Linux's `struct dentry`): parent, name,
+/// inode (none for a negative entry) and a [`LockRef`] count. Reached through
+/// a [`DentryRef`](crate::DentryRef) or [`At::Dir`](crate::At::Dir).
 #[repr(C, align(64))]
 pub struct Dentry {
     // ---- read-mostly: rcu-walk reads these ----
@@ -146,7 +149,7 @@ pub(crate) fn hash_finish(h: u64, len: usize) -> u32 {
 /// that needs SipHash (the bucket index also mixes the parent address), but
 /// they must spread short similar names.
 #[inline]
-pub fn name_hash(name: &[u8]) -> u32 {
+pub(crate) fn name_hash(name: &[u8]) -> u32 {
     let mut h = HASH_INIT;
     let mut chunks = name.chunks_exact(8);
     for c in &mut chunks {
@@ -344,6 +347,8 @@ impl Dentry {
     /// reference that pins the inode): an inode is freed a grace period
     /// after its last dentry lets it go. SeqCst: an RCU-protected pointer
     /// load (seize requires it; a plain `mov` on x86).
+    // For dcache-fuse; not part of the supported API.
+    #[doc(hidden)]
     #[inline(always)]
     pub fn inode_ptr(&self) -> *mut Inode {
         self.d_inode.load(Ordering::SeqCst)

@@ -3,41 +3,61 @@
 
 use std::fmt;
 
+/// A POSIX error number (Linux's values), e.g. [`Errno::ENOENT`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Errno(pub i32);
 
+/// `Result<T, Errno>`, what every fallible dcache call returns.
 pub type Result<T> = std::result::Result<T, Errno>;
 
-impl Errno {
-    pub const EPERM: Errno = Errno(libc::EPERM);
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-    pub const EIO: Errno = Errno(libc::EIO);
-    pub const EBADF: Errno = Errno(libc::EBADF);
-    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
-    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
-    pub const EACCES: Errno = Errno(libc::EACCES);
-    pub const EBUSY: Errno = Errno(libc::EBUSY);
-    pub const EEXIST: Errno = Errno(libc::EEXIST);
-    pub const EXDEV: Errno = Errno(libc::EXDEV);
-    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
-    pub const EISDIR: Errno = Errno(libc::EISDIR);
-    pub const EINVAL: Errno = Errno(libc::EINVAL);
-    pub const EMFILE: Errno = Errno(libc::EMFILE);
-    pub const EFBIG: Errno = Errno(libc::EFBIG);
-    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
-    pub const EROFS: Errno = Errno(libc::EROFS);
-    pub const EMLINK: Errno = Errno(libc::EMLINK);
-    pub const ERANGE: Errno = Errno(libc::ERANGE);
-    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
-    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
-    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
-    pub const ELOOP: Errno = Errno(libc::ELOOP);
-    pub const ENODATA: Errno = Errno(libc::ENODATA);
-    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
-    pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
-    pub const ESTALE: Errno = Errno(libc::ESTALE);
-    pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
+/// The named errnos: one documented constant each (the doc is the C
+/// library's description), and the table behind [`Errno::name`].
+macro_rules! errnos {
+    ($($name:ident => $desc:literal,)*) => {
+        impl Errno {
+            $(
+                #[doc = concat!("`", stringify!($name), "`: ", $desc, ".")]
+                pub const $name: Errno = Errno(libc::$name);
+            )*
+        }
 
+        /// Every named errno with its name, for [`Errno::name`].
+        const KNOWN: &[(Errno, &str)] = &[$((Errno::$name, stringify!($name)),)*];
+    };
+}
+
+errnos! {
+    EPERM => "Operation not permitted",
+    ENOENT => "No such file or directory",
+    EIO => "Input/output error",
+    EBADF => "Bad file descriptor",
+    EAGAIN => "Resource temporarily unavailable",
+    ENOMEM => "Cannot allocate memory",
+    EACCES => "Permission denied",
+    EBUSY => "Device or resource busy",
+    EEXIST => "File exists",
+    EXDEV => "Invalid cross-device link",
+    ENOTDIR => "Not a directory",
+    EISDIR => "Is a directory",
+    EINVAL => "Invalid argument",
+    EMFILE => "Too many open files",
+    EFBIG => "File too large",
+    ENOSPC => "No space left on device",
+    EROFS => "Read-only file system",
+    EMLINK => "Too many links",
+    ERANGE => "Numerical result out of range",
+    ENAMETOOLONG => "File name too long",
+    ENOSYS => "Function not implemented",
+    ENOTEMPTY => "Directory not empty",
+    ELOOP => "Too many levels of symbolic links",
+    ENODATA => "No data available",
+    EOVERFLOW => "Value too large for defined data type",
+    ENOTSUP => "Operation not supported",
+    ESTALE => "Stale file handle",
+    ENOTCONN => "Transport endpoint is not connected",
+}
+
+impl Errno {
     /// The errno of an `std::io::Error`, EIO when it carries none.
     pub fn from_io(e: &std::io::Error) -> Errno {
         Errno(e.raw_os_error().unwrap_or(libc::EIO))
@@ -48,43 +68,14 @@ impl Errno {
         Errno::from_io(&std::io::Error::last_os_error())
     }
 
+    /// The number itself.
     pub fn raw(self) -> i32 {
         self.0
     }
 
     /// The symbolic name (`"ENOENT"`), or `"E<n>"` for one not listed here.
     pub fn name(self) -> String {
-        let known: &[(Errno, &str)] = &[
-            (Errno::EPERM, "EPERM"),
-            (Errno::ENOENT, "ENOENT"),
-            (Errno::EIO, "EIO"),
-            (Errno::EBADF, "EBADF"),
-            (Errno::EAGAIN, "EAGAIN"),
-            (Errno::ENOMEM, "ENOMEM"),
-            (Errno::EACCES, "EACCES"),
-            (Errno::EBUSY, "EBUSY"),
-            (Errno::EEXIST, "EEXIST"),
-            (Errno::EXDEV, "EXDEV"),
-            (Errno::ENOTDIR, "ENOTDIR"),
-            (Errno::EISDIR, "EISDIR"),
-            (Errno::EINVAL, "EINVAL"),
-            (Errno::EMFILE, "EMFILE"),
-            (Errno::EFBIG, "EFBIG"),
-            (Errno::ENOSPC, "ENOSPC"),
-            (Errno::EROFS, "EROFS"),
-            (Errno::EMLINK, "EMLINK"),
-            (Errno::ERANGE, "ERANGE"),
-            (Errno::ENAMETOOLONG, "ENAMETOOLONG"),
-            (Errno::ENOSYS, "ENOSYS"),
-            (Errno::ENOTEMPTY, "ENOTEMPTY"),
-            (Errno::ELOOP, "ELOOP"),
-            (Errno::ENODATA, "ENODATA"),
-            (Errno::EOVERFLOW, "EOVERFLOW"),
-            (Errno::ENOTSUP, "ENOTSUP"),
-            (Errno::ESTALE, "ESTALE"),
-            (Errno::ENOTCONN, "ENOTCONN"),
-        ];
-        known
+        KNOWN
             .iter()
             .find(|(e, _)| *e == self)
             .map(|(_, n)| n.to_string())

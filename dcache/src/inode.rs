@@ -15,6 +15,8 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const ATTR_WORDS: usize = 11;
 
+/// The cached inode one or more dentries point to (Linux's `struct inode`):
+/// the backend's inode number, file type and a copy of its attributes.
 pub struct Inode {
     pub(crate) ino: Ino,
     pub(crate) kind: FileType,
@@ -104,14 +106,17 @@ impl Inode {
         }
     }
 
+    /// The backend's inode number.
     pub fn ino(&self) -> Ino {
         self.ino
     }
 
+    /// The file type (fixed for the inode's life).
     pub fn kind(&self) -> FileType {
         self.kind
     }
 
+    /// True for a directory.
     pub fn is_dir(&self) -> bool {
         self.kind == FileType::Directory
     }
@@ -152,7 +157,9 @@ impl Inode {
         &self.i_lookups
     }
 
-    /// [`Inode::try_perm`], retried until no writer interferes.
+    /// Mode, owner and group as one consistent triple, for the
+    /// [`permission`](crate::permission) checks (retried while a writer
+    /// is updating the attributes).
     pub fn perm(&self) -> Perm {
         loop {
             if let Some(p) = self.try_perm() {

@@ -8,7 +8,8 @@
 //! share a line with the type's hot field, so the claim can be checked
 //! rather than believed.
 //!
-//! A layout is built from `core::mem::offset_of!` by [`type_layout!`], in
+//! A layout is built from `core::mem::offset_of!` by
+//! [`type_layout!`](macro@crate::type_layout), in
 //! the module that owns the type (so private fields are reachable); a
 //! type is registered with one line in [`registry`].
 
@@ -20,10 +21,13 @@ use crate::lockref::LockRef;
 /// One field of a type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldLayout {
+    /// The field's name (or tuple index).
     pub name: &'static str,
     /// The field's type, module paths stripped.
     pub ty: String,
+    /// Byte offset from the start of the type.
     pub offset: usize,
+    /// Size in bytes.
     pub size: usize,
 }
 
@@ -42,8 +46,11 @@ impl FieldLayout {
 /// A type's size, alignment and fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TypeLayout {
+    /// The type's name, module paths stripped.
     pub name: String,
+    /// `size_of` the type.
     pub size: usize,
+    /// `align_of` the type.
     pub align: usize,
     /// In declaration order as given to `type_layout!`; the printer sorts by
     /// offset (Rust may reorder fields that are not `repr(C)`).
@@ -53,7 +60,7 @@ pub struct TypeLayout {
 }
 
 /// The size of the field that `project` points at (a helper for
-/// [`type_layout!`]; the closure is never called).
+/// [`type_layout!`](macro@crate::type_layout); the closure is never called).
 pub fn field_size<T, F>(_project: impl Fn(&T) -> &F) -> usize {
     std::mem::size_of::<F>()
 }
@@ -138,6 +145,7 @@ impl TypeLayout {
         self
     }
 
+    /// The field called `name`.
     pub fn field(&self, name: &str) -> Option<&FieldLayout> {
         self.fields.iter().find(|f| f.name == name)
     }

@@ -1,14 +1,37 @@
-//! dcache: the Linux VFS name-lookup fast path as a userspace library.
+//! dcache: the Linux VFS dentry cache and its rcu-walk name lookup, as a
+//! userspace library.
 //!
+//! A [`Vfs`] caches names ([`DentryRef`]) and inodes in front of a
+//! [`FileSystem`] backend and resolves paths the way Linux's `fs/namei.c`
+//! does: lock-free (rcu-walk) first, with counted references (ref-walk) when
+//! that gives up. Calls are *at-style, relative to [`At::Root`] or a
+//! directory the caller holds; [`Vfs::as_cred`] makes them on behalf of a
+//! [`Cred`], with Linux's permission checks.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use dcache::fs::memfs::MemFs;
+//! use dcache::{At, Vfs};
+//!
+//! let fs = Arc::new(MemFs::new());
+//! fs.mkdir_p("etc", 0o755)?;
+//! fs.write_file("etc/hostname", b"box\n")?;
+//! let vfs = Vfs::new(fs)?;
+//! assert_eq!(vfs.stat(At::Root, "etc/hostname")?.size, 4);
+//! # Ok::<(), dcache::Errno>(())
+//! ```
+//!
+//! - [`vfs`]: the `Vfs`, path walks and the namespace operations.
+//! - [`fs`]: the backend contract and the backends (memfs, kernfs,
+//!   passthrough).
+//! - [`cred`] and [`permission`]: credentials and Linux's permission rules.
+//! - [`errno`]: the error type.
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
-//! - [`fs`]: the backend contract and the backends.
-//! - `fuse`: `dcache mount`, serving a backend through FUSE (not built
-//!   under loom).
+//! - [`lookupcount`]: the FUSE lookup count kept on an inode.
+//! - [`file`](mod@file): a `struct file` and a file-descriptor table over a `Vfs`.
 //! - [`layout`]: pahole-style field layouts of the hot structures.
-//! - `bench`: the will-it-scale harness behind `dcache bench` (not built
-//!   under loom, whose atomics only run inside a model).
 //!
-//! All lock-free code reaches atomics through [`sync`], so it also builds
+//! All lock-free code reaches atomics through one module, so it also builds
 //! under loom (`RUSTFLAGS="--cfg loom"`).
 
 // Every unsafe operation inside an `unsafe fn` needs its own block, and
@@ -17,6 +40,9 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+// For dcache-fuse and dcache-bench (padded counters); not part of the
+// supported API.
+#[doc(hidden)]
 pub mod cache_aligned;
 pub mod cred;
 pub mod dentry;
@@ -28,8 +54,14 @@ pub mod layout;
 pub mod lockref;
 pub mod lookupcount;
 pub mod permission;
+// For dcache-bench (`Reclaim`, the reclamation-crate knob); not part of the
+// supported API.
+#[doc(hidden)]
 pub mod rcu;
-pub mod seqcount;
+mod seqcount;
+// For dcache-fuse, dcache-bench and the loom tests (std or loom atomics);
+// not part of the supported API.
+#[doc(hidden)]
 pub mod sync;
 mod table;
 pub mod vfs;
@@ -48,4 +80,8 @@ pub use errno::{Errno, Result};
 pub use fs::{
     Attr, Ctx, DirEntry, FileSystem, FileType, Ino, RenameFlags, SetAttr, SetTime, Timespec,
 };
-pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, StatMode, Vfs};
+pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, Vfs};
+// For dcache-bench and the integration tests (the lockref stat mode); not
+// part of the supported API.
+#[doc(hidden)]
+pub use vfs::StatMode;

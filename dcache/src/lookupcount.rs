@@ -35,6 +35,7 @@ pub struct OverForget;
 pub struct LookupCount(AtomicU64);
 
 impl LookupCount {
+    /// A count of 0: the node does not exist.
     pub fn new() -> LookupCount {
         LookupCount(AtomicU64::new(0))
     }

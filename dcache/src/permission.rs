@@ -8,7 +8,9 @@ use crate::errno::{Errno, Result};
 
 /// Execute (search, for a directory).
 pub const MAY_EXEC: u32 = 1;
+/// Write (create or remove names, for a directory).
 pub const MAY_WRITE: u32 = 2;
+/// Read (list, for a directory).
 pub const MAY_READ: u32 = 4;
 
 const S_IFMT: u32 = 0o170_000;
@@ -22,12 +24,16 @@ const S_IXUGO: u32 = 0o111;
 /// What a check reads of an inode: the full `st_mode`, owner and group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Perm {
+    /// The full `st_mode` (type and permission bits).
     pub mode: u32,
+    /// The owner.
     pub uid: u32,
+    /// The group.
     pub gid: u32,
 }
 
 impl Perm {
+    /// True if the mode's type is a directory.
     #[inline(always)]
     pub fn is_dir(&self) -> bool {
         self.mode & S_IFMT == S_IFDIR

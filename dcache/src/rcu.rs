@@ -23,8 +23,10 @@ use crossbeam_epoch as epoch;
 /// Which reclamation crate a `Vfs` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Reclaim {
+    /// `seize` (the default).
     #[default]
     Seize,
+    /// `crossbeam-epoch`.
     Epoch,
 }
 

@@ -9,6 +9,7 @@
 
 use crate::sync::{fence, AtomicU32, Ordering};
 
+/// A sequence counter (see the module docs).
 pub struct SeqCount {
     seq: AtomicU32,
 }
@@ -26,6 +27,7 @@ impl std::fmt::Debug for SeqCount {
 }
 
 impl SeqCount {
+    /// A counter at 0 (no writer).
     pub fn new() -> Self {
         SeqCount {
             seq: AtomicU32::new(0),
@@ -67,6 +69,9 @@ impl SeqCount {
 
     /// The current value, for a check that needs no ordering of its own
     /// (it is followed by a `read_retry`).
+    // Unused since the module became crate-private; kept with the rest of
+    // the seqcount_t API.
+    #[allow(dead_code)]
     #[inline(always)]
     pub fn peek(&self) -> u32 {
         self.seq.load(Ordering::Relaxed)

@@ -50,6 +50,7 @@ pub fn yield_now() {
 #[cfg(loom)]
 pub use loom::cell::UnsafeCell;
 
+/// `std::cell::UnsafeCell` behind loom's `with`/`with_mut` API.
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
 #[repr(transparent)]
@@ -57,9 +58,11 @@ pub struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
+    /// Wrap `v`.
     pub const fn new(v: T) -> Self {
         Self(std::cell::UnsafeCell::new(v))
     }
+    /// Unwrap.
     pub fn into_inner(self) -> T {
         self.0.into_inner()
     }
@@ -67,10 +70,12 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(not(loom))]
 impl<T: ?Sized> UnsafeCell<T> {
+    /// Call `f` with a shared raw pointer to the value.
     #[inline(always)]
     pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())
     }
+    /// Call `f` with a mutable raw pointer to the value.
     #[inline(always)]
     pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())

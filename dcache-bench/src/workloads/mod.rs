@@ -1,7 +1,7 @@
 //! The registry of workloads `dcache bench` knows.
 //!
 //! To add one: write `workloads/NAME.rs` with a type implementing
-//! [`Workload`](super::workload::Workload), add `mod NAME;` below and one
+//! [`Workload`], add `mod NAME;` below and one
 //! entry to [`REGISTRY`]. The default tour is listed in `plan.rs`.
 
 use super::workload::Workload;

@@ -71,6 +71,8 @@ impl FdAlloc {
     }
 }
 
+/// A descriptor table (Linux's `files_struct`): descriptors map to
+/// [`FileRef`](super::FileRef)s, and the lowest free one is handed out first.
 pub struct FdTable<T: Send + Sync + 'static, L: Layout = super::Split> {
     slots: Box<[AtomicPtr<L::Repr<T>>]>,
     alloc: Mutex<FdAlloc>,
@@ -113,6 +115,7 @@ impl<T: Send + Sync + 'static, L: Layout> FdTable<T, L> {
         }
     }
 
+    /// How many descriptors the table holds (valid fds are `0..max_fds`).
     pub fn max_fds(&self) -> usize {
         self.slots.len()
     }
@@ -277,10 +280,12 @@ impl<T: Send + Sync + 'static, L: Layout> FdTable<T, L> {
         self.fget(fd)?.pread(buf, offset)
     }
 
+    /// `write(2)` on `fd`: at the file position, advancing it.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
         self.fget(fd)?.write(data)
     }
 
+    /// `pwrite(2)` on `fd`: at `offset`; the position stays.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         self.fget(fd)?.pwrite(data, offset)
     }

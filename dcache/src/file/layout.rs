@@ -42,7 +42,9 @@ pub struct OpenParts<T> {
     /// The path the file was opened by (the Vfs puts its dentry reference
     /// here); dropped when the last reference to the file goes.
     pub path: T,
+    /// The backend that serves the file.
     pub fs: Arc<dyn FileSystem>,
+    /// The open inode's number.
     pub ino: Ino,
     /// The backend's handle from `FileSystem::open`.
     pub fh: u64,
@@ -53,22 +55,33 @@ pub struct OpenParts<T> {
 /// Field access common to both layouts; the fd table and `FileRef` are
 /// written once against it.
 pub trait FileRepr<T>: Send + Sync + Sized + 'static {
+    /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1.
     fn new(parts: OpenParts<T>, mode: u32) -> Self;
+    /// The reference count.
     fn f_count(&self) -> &AtomicUsize;
+    /// The `FMODE_*` bits.
     fn f_mode(&self) -> u32;
+    /// Serialises users of the position.
     fn f_pos_lock(&self) -> &Mutex<()>;
     /// Changed only with `f_pos_lock` held (for FMODE_ATOMIC_POS files).
     fn f_pos(&self) -> &AtomicU64;
+    /// The path payload.
     fn f_path(&self) -> &T;
+    /// The backend.
     fn f_op(&self) -> &Arc<dyn FileSystem>;
+    /// The inode number.
     fn f_inode(&self) -> Ino;
+    /// The backend's handle.
     fn fh(&self) -> u64;
+    /// The `open(2)` flags.
     fn f_flags(&self) -> i32;
 }
 
 /// A field placement for open files.
 pub trait Layout: Send + Sync + 'static {
+    /// The layout's name (`"split"`, `"packed"`).
     const NAME: &'static str;
+    /// The file struct this layout lays out.
     type Repr<T: Send + Sync + 'static>: FileRepr<T>;
     /// Field offsets and sizes of `Repr<T>`.
     fn describe<T: Send + Sync + 'static>() -> LayoutInfo;
@@ -83,8 +96,11 @@ pub const HOT_FIELDS: [&str; 3] = ["f_count", "f_pos_lock", "f_pos"];
 pub struct LayoutInfo {
     /// `"split"` or `"packed"`.
     pub layout: &'static str,
+    /// The Rust type name of the file struct.
     pub type_name: &'static str,
+    /// `size_of` the struct.
     pub size: usize,
+    /// `align_of` the struct.
     pub align: usize,
     /// (field, offset, size), in offset order.
     pub fields: Vec<(&'static str, usize, usize)>,

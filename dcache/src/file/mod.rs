@@ -26,10 +26,15 @@ pub use layout::{
 };
 
 // FMODE_* bits, Linux's values.
+/// Open for reading.
 pub const FMODE_READ: u32 = 0x1;
+/// Open for writing.
 pub const FMODE_WRITE: u32 = 0x2;
+/// The position may be changed (`lseek`).
 pub const FMODE_LSEEK: u32 = 0x4;
+/// `pread` is allowed (otherwise ESPIPE).
 pub const FMODE_PREAD: u32 = 0x8;
+/// `pwrite` is allowed (otherwise ESPIPE).
 pub const FMODE_PWRITE: u32 = 0x10;
 /// Opened with O_PATH: no I/O, close does not flush.
 pub const FMODE_PATH: u32 = 0x4000;
@@ -121,26 +126,32 @@ impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
         self.f().f_count().load(Ordering::Relaxed)
     }
 
+    /// The `FMODE_*` bits (`f_mode`).
     pub fn mode(&self) -> u32 {
         self.f().f_mode()
     }
 
+    /// The `open(2)` flags (`f_flags`).
     pub fn flags(&self) -> i32 {
         self.f().f_flags()
     }
 
+    /// The open inode's number (`f_inode`).
     pub fn ino(&self) -> Ino {
         self.f().f_inode()
     }
 
+    /// The backend's handle from [`FileSystem::open`].
     pub fn fh(&self) -> u64 {
         self.f().fh()
     }
 
+    /// The path payload the file was opened with (`f_path`).
     pub fn path(&self) -> &T {
         self.f().f_path()
     }
 
+    /// The backend that serves the file's I/O (`f_op`).
     pub fn fs(&self) -> &Arc<dyn FileSystem> {
         self.f().f_op()
     }

@@ -23,14 +23,22 @@ pub const NAME_MAX: usize = 255;
 /// so a path of 4096 bytes or more is ENAMETOOLONG).
 pub const PATH_MAX: usize = 4096;
 
+/// The type of an inode (the `S_IFMT` part of its mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileType {
+    /// A regular file (`S_IFREG`).
     Regular,
+    /// A directory (`S_IFDIR`).
     Directory,
+    /// A symbolic link (`S_IFLNK`).
     Symlink,
+    /// A character device (`S_IFCHR`).
     CharDevice,
+    /// A block device (`S_IFBLK`).
     BlockDevice,
+    /// A named pipe (`S_IFIFO`).
     Fifo,
+    /// A Unix domain socket (`S_IFSOCK`).
     Socket,
 }
 
@@ -79,11 +87,14 @@ impl FileType {
 /// A point in time as `stat` reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timespec {
+    /// Seconds since the Unix epoch.
     pub sec: i64,
+    /// Nanoseconds within the second (`0..1_000_000_000`).
     pub nsec: u32,
 }
 
 impl Timespec {
+    /// The current wall-clock time (the epoch if the clock is before it).
     pub fn now() -> Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -99,19 +110,31 @@ impl Timespec {
 /// hands it out without calling the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
+    /// Inode number (`st_ino`).
     pub ino: Ino,
+    /// Size in bytes (`st_size`).
     pub size: u64,
+    /// Space used, in 512-byte blocks (`st_blocks`).
     pub blocks: u64,
+    /// Last access (`st_atim`).
     pub atime: Timespec,
+    /// Last data modification (`st_mtim`).
     pub mtime: Timespec,
+    /// Last status change (`st_ctim`).
     pub ctime: Timespec,
+    /// File type.
     pub kind: FileType,
     /// Permission bits only (`mode & 0o7777`); the type is in `kind`.
     pub perm: u16,
+    /// Number of hard links (`st_nlink`).
     pub nlink: u32,
+    /// Owner (`st_uid`).
     pub uid: u32,
+    /// Group (`st_gid`).
     pub gid: u32,
+    /// Device number of a character or block device (`st_rdev`).
     pub rdev: u32,
+    /// Preferred I/O size (`st_blksize`).
     pub blksize: u32,
 }
 
@@ -186,11 +209,14 @@ impl Attr {
 /// permission).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ctx {
+    /// The caller's filesystem uid.
     pub uid: u32,
+    /// The caller's filesystem gid.
     pub gid: u32,
 }
 
 impl Ctx {
+    /// uid 0, gid 0.
     pub const ROOT: Ctx = Ctx { uid: 0, gid: 0 };
 
     /// The calling process's effective uid and gid.
@@ -212,18 +238,26 @@ impl Ctx {
 /// A time to set in `setattr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetTime {
+    /// The current time (`UTIME_NOW`).
     Now,
+    /// This time.
     At(Timespec),
 }
 
 /// The attributes `setattr` changes; `None` leaves one alone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SetAttr {
+    /// New permission bits (chmod).
     pub perm: Option<u16>,
+    /// New owner (chown).
     pub uid: Option<u32>,
+    /// New group (chown).
     pub gid: Option<u32>,
+    /// New size (truncate).
     pub size: Option<u64>,
+    /// New access time (utimensat).
     pub atime: Option<SetTime>,
+    /// New modification time (utimensat).
     pub mtime: Option<SetTime>,
 }
 
@@ -232,9 +266,13 @@ pub struct SetAttr {
 /// creates and unlinks in the directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
+    /// The entry's inode number (`d_ino`).
     pub ino: Ino,
+    /// The cookie that continues after this entry (`d_off`).
     pub offset: u64,
+    /// The entry's file type (`d_type`).
     pub kind: FileType,
+    /// The name (one component, no NUL).
     pub name: Vec<u8>,
 }
 
@@ -254,13 +292,21 @@ impl DirEntry {
 /// `statfs` results.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
+    /// Total data blocks, in `frsize` units (`f_blocks`).
     pub blocks: u64,
+    /// Free blocks (`f_bfree`).
     pub bfree: u64,
+    /// Free blocks available to unprivileged users (`f_bavail`).
     pub bavail: u64,
+    /// Total inodes (`f_files`).
     pub files: u64,
+    /// Free inodes (`f_ffree`).
     pub ffree: u64,
+    /// Preferred block size (`f_bsize`).
     pub bsize: u32,
+    /// Longest name component (`f_namelen`).
     pub namelen: u32,
+    /// Fragment size, the unit of the block counts (`f_frsize`).
     pub frsize: u32,
 }
 
@@ -274,6 +320,7 @@ pub struct RenameFlags {
 }
 
 impl RenameFlags {
+    /// A plain `rename(2)`: replace the target if it exists.
     pub const NONE: RenameFlags = RenameFlags {
         noreplace: false,
         exchange: false,
@@ -319,8 +366,11 @@ pub trait FileSystem: Send + Sync + 'static {
     /// a directory.
     fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>>;
 
+    /// The current attributes of `ino`.
     fn getattr(&self, ino: Ino) -> Result<Attr>;
 
+    /// Change the attributes named in `set` (chmod, chown, truncate,
+    /// utimens) and return the new ones; permission checks are the Vfs's.
     fn setattr(&self, _ino: Ino, _set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
         Err(Errno::EROFS)
     }
@@ -356,18 +406,24 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::EPERM)
     }
 
+    /// Create a directory. EEXIST if the name is present.
     fn mkdir(&self, _dir: Ino, _name: &[u8], _perm: u16, _ctx: Ctx) -> Result<Attr> {
         Err(Errno::EROFS)
     }
 
+    /// Remove a non-directory name (EISDIR for a directory).
     fn unlink(&self, _dir: Ino, _name: &[u8]) -> Result<()> {
         Err(Errno::EROFS)
     }
 
+    /// Remove an empty directory (ENOTEMPTY otherwise, ENOTDIR for a
+    /// non-directory).
     fn rmdir(&self, _dir: Ino, _name: &[u8]) -> Result<()> {
         Err(Errno::EROFS)
     }
 
+    /// Move `olddir/oldname` to `newdir/newname` with renameat2's `flags`
+    /// semantics.
     fn rename(
         &self,
         _olddir: Ino,
@@ -379,10 +435,12 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::EROFS)
     }
 
+    /// Create a symlink `dir/name` pointing to `target`.
     fn symlink(&self, _dir: Ino, _name: &[u8], _target: &[u8], _ctx: Ctx) -> Result<Attr> {
         Err(Errno::EROFS)
     }
 
+    /// A symlink's target (EINVAL for anything else).
     fn readlink(&self, _ino: Ino) -> Result<Vec<u8>> {
         Err(Errno::EINVAL)
     }
@@ -397,14 +455,19 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(0)
     }
 
+    /// Read into `buf` at `offset` through handle `fh`; returns the bytes
+    /// read (0 at end of file).
     fn read(&self, _ino: Ino, _fh: u64, _offset: u64, _buf: &mut [u8]) -> Result<usize> {
         Err(Errno::EINVAL)
     }
 
+    /// Write `data` at `offset` through handle `fh`; returns the bytes
+    /// written.
     fn write(&self, _ino: Ino, _fh: u64, _offset: u64, _data: &[u8]) -> Result<usize> {
         Err(Errno::EBADF)
     }
 
+    /// A descriptor of handle `fh` is being closed (`f_op->flush`).
     fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
         Ok(())
     }
@@ -418,14 +481,18 @@ pub trait FileSystem: Send + Sync + 'static {
         true
     }
 
+    /// `fsync(2)`, or `fdatasync(2)` when `datasync`.
     fn fsync(&self, _ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
         Ok(())
     }
 
+    /// The last reference to the open file of handle `fh` is gone.
     fn release(&self, _ino: Ino, _fh: u64) -> Result<()> {
         Ok(())
     }
 
+    /// `statfs(2)`; the default reports a 4096-byte block size, `NAME_MAX`
+    /// and zero counts.
     fn statfs(&self) -> Result<StatFs> {
         Ok(StatFs {
             namelen: NAME_MAX as u32,

@@ -26,7 +26,9 @@ pub enum OnHeld {
 /// Which way an operation moves the count (the Waiman thresholds differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
+    /// The count goes up (`get`).
     Inc,
+    /// The count goes down (`put`).
     Dec,
 }
 
@@ -43,12 +45,14 @@ pub trait Policy: Send + Sync + 'static {
     /// (`None`: no floor). Whatever the floor, each operation's result is the
     /// one its locked path would give; only the path taken changes.
     const INC_FLOOR: Option<i32> = None;
+    /// As `INC_FLOOR`, for operations that decrement.
     const DEC_FLOOR: Option<i32> = None;
 }
 
 /// Linux's retry cap (lib/lockref.c). Shrunk under loom.
 #[cfg(not(loom))]
 pub const CMPXCHG_LOOP_MAX: u32 = 100;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const CMPXCHG_LOOP_MAX: u32 = 3;
 
@@ -67,6 +71,7 @@ pub const WAIMAN_TRIES: u32 = 2;
 /// not a time, and is not yet tuned against measurements.
 #[cfg(not(loom))]
 pub const SHORT_SPIN_BUDGET: u32 = 1024;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const SHORT_SPIN_BUDGET: u32 = 2;
 
@@ -78,6 +83,7 @@ pub const SHORT_SPIN_BUDGET: u32 = 2;
 /// is itself only a few steps long.
 #[cfg(not(loom))]
 pub const SHORT_BACKOFF_MAX: u32 = 8;
+/// The loom build's bound (small, so models reach the limit).
 #[cfg(loom)]
 pub const SHORT_BACKOFF_MAX: u32 = 1;
 

@@ -30,16 +30,37 @@ pub struct AsCred<'v, 'c> {
 impl Vfs {
     /// This `Vfs` on behalf of `cred`: every call through the handle is
     /// permission-checked for it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Cred, Errno, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::with_root(0o755, 0, 0)))?;
+    /// vfs.as_cred(&Cred::ROOT).mkdir(At::Root, "home", 0o755)?;
+    ///
+    /// // A user cannot create in root's directory...
+    /// let bob = Cred::user(1001, 1001, &[]);
+    /// let as_bob = vfs.as_cred(&bob);
+    /// assert_eq!(as_bob.mkdir(At::Root, "home/bob", 0o755).unwrap_err(), Errno::EACCES);
+    /// // ...until root makes one of his own.
+    /// let home = vfs.mkdir(At::Root, "home/bob", 0o755, dcache::Ctx { uid: 1001, gid: 1001 })?;
+    /// let f = as_bob.create(At::from(&home), "notes", 0o600)?;
+    /// assert_eq!(f.attr().unwrap().uid, 1001);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn as_cred<'c>(&self, cred: &'c Cred) -> AsCred<'_, 'c> {
         AsCred { vfs: self, cred }
     }
 }
 
 impl<'v> AsCred<'v, '_> {
+    /// The credential the calls are made for.
     pub fn cred(&self) -> &Cred {
         self.cred
     }
 
+    /// The `Vfs` underneath.
     pub fn vfs(&self) -> &'v Vfs {
         self.vfs
     }
@@ -67,6 +88,8 @@ impl<'v> AsCred<'v, '_> {
     }
 
     /// `stat` with the choice of how the last component is handled.
+    // For dcache-bench (StatMode); not part of the supported API.
+    #[doc(hidden)]
     #[inline]
     pub fn stat_with(
         &self,
@@ -135,16 +158,21 @@ impl<'v> AsCred<'v, '_> {
             .open_as(self.cred, at, path.as_ref(), flags, perm, self.ctx())
     }
 
+    /// Create a regular file owned by the caller; see [`Vfs::create`].
+    /// Needs write and search permission on the parent directory.
     pub fn create(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
         self.vfs
             .create_as(self.cred, at, path.as_ref(), perm, self.ctx())
     }
 
+    /// `mkdirat(2)`: a directory owned by the caller; see [`Vfs::mkdir`].
     pub fn mkdir(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
         self.vfs
             .mkdir_as(self.cred, at, path.as_ref(), perm, self.ctx())
     }
 
+    /// `mknodat(2)`: a special file owned by the caller; see
+    /// [`Vfs::mknod`].
     pub fn mknod(
         &self,
         at: At<'_>,
@@ -157,6 +185,8 @@ impl<'v> AsCred<'v, '_> {
             .mknod_as(self.cred, at, path.as_ref(), kind, perm, rdev, self.ctx())
     }
 
+    /// `symlinkat(2)`: `path` becomes a symlink to `target`, owned by the
+    /// caller.
     pub fn symlink(
         &self,
         target: impl AsRef<[u8]>,
@@ -167,10 +197,13 @@ impl<'v> AsCred<'v, '_> {
             .symlink_as(self.cred, target.as_ref(), at, path.as_ref(), self.ctx())
     }
 
+    /// `readlinkat(2)`: the target of the symlink `path` names.
     pub fn readlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         self.vfs.readlink_as(self.cred, at, path.as_ref())
     }
 
+    /// `linkat(2)`: `new_path` becomes another name for `old_path`; see
+    /// [`Vfs::link`].
     pub fn link(
         &self,
         old_at: At<'_>,
@@ -187,14 +220,18 @@ impl<'v> AsCred<'v, '_> {
         )
     }
 
+    /// `unlinkat(2)`: remove a name that is not a directory (write and
+    /// search on its directory, and the sticky-bit rule).
     pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
         self.vfs.remove_common(self.cred, at, path.as_ref(), false)
     }
 
+    /// `unlinkat(2)` with `AT_REMOVEDIR`: remove an empty directory.
     pub fn rmdir(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
         self.vfs.remove_common(self.cred, at, path.as_ref(), true)
     }
 
+    /// `renameat2(2)`: move `old_path` to `new_path`; see [`Vfs::rename`].
     pub fn rename(
         &self,
         old_at: At<'_>,

@@ -1,9 +1,11 @@
 //! `Vfs`: the dentry cache in front of a [`FileSystem`] backend, with
 //! *at-style calls relative to a directory handle or the root.
 //!
-//! - [`walk`]: path resolution — rcu-walk first, ref-walk fallback.
-//! - [`dcache`]: dentry lifetime — allocation, `dput`, kill, LRU, shrinking.
-//! - [`ops`]: the namespace operations and open files.
+//! Inside (private modules): `walk`, path resolution — rcu-walk first,
+//! ref-walk fallback; `dcache`, dentry lifetime — allocation, `dput`, kill,
+//! LRU, shrinking; `ops` and `open`, the namespace operations and open
+//! files; `as_cred`, the permission-checked [`AsCred`] handle; `section`,
+//! [`ReadSection`].
 //!
 //! Lock order (outermost first): the rename mutex, directory `i_rwsem`s (by
 //! address), a dentry's `d_lock` (its LockRef's lock), a hash bucket's bit
@@ -56,6 +58,9 @@ pub struct Config {
     /// Negative dentries beyond this are shrunk first.
     pub max_negative: usize,
     /// The reclamation crate behind the rcu read sections.
+    // For dcache-bench (seize vs crossbeam-epoch); not part of the supported
+    // API.
+    #[doc(hidden)]
     pub reclaim: Reclaim,
 }
 
@@ -93,31 +98,38 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// [`Counters::dentries`](field@Counters::dentries) now.
     pub fn dentries(&self) -> usize {
         self.dentries.load(Ordering::Relaxed)
     }
+    /// [`Counters::allocated`](field@Counters::allocated) now.
     pub fn allocated(&self) -> usize {
         self.allocated.load(Ordering::Relaxed)
     }
+    /// [`Counters::negative`](field@Counters::negative) now.
     pub fn negative(&self) -> usize {
         self.negative.load(Ordering::Relaxed)
     }
+    /// [`Counters::unused`](field@Counters::unused) now.
     pub fn unused(&self) -> usize {
         self.unused.load(Ordering::Relaxed)
     }
+    /// [`Counters::inodes`](field@Counters::inodes) now.
     pub fn inodes(&self) -> usize {
         self.inodes.load(Ordering::Relaxed)
     }
+    /// [`Counters::backend_lookups`](field@Counters::backend_lookups) now.
     pub fn backend_lookups(&self) -> usize {
         self.backend_lookups.load(Ordering::Relaxed)
     }
+    /// [`Counters::ref_walks`](field@Counters::ref_walks) now.
     pub fn ref_walks(&self) -> usize {
         self.ref_walks.load(Ordering::Relaxed)
     }
 }
 
 /// The state every dentry points back to (Linux's super_block).
-pub struct Super {
+pub(crate) struct Super {
     pub(crate) fs: Arc<dyn FileSystem>,
     /// `fs.needs_revalidate()`, read once.
     pub(crate) revalidate: bool,
@@ -169,7 +181,10 @@ unsafe impl Sync for Vfs {}
 /// Where a relative path starts: the root, or a directory the caller holds.
 #[derive(Clone, Copy)]
 pub enum At<'a> {
+    /// The `Vfs`'s root directory (an absolute path, or `AT_FDCWD` at `/`).
     Root,
+    /// A directory the caller holds a reference to (like a `dirfd`); a
+    /// [`DentryRef`] converts with `At::from(&d)`.
     Dir(&'a Dentry),
 }
 
@@ -180,6 +195,9 @@ impl<'a> From<&'a DentryRef<'_>> for At<'a> {
 }
 
 /// How `stat` treats the last component.
+// For dcache-bench and the integration tests (the Linux-style lockref stat
+// for comparison); not part of the supported API.
+#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum StatMode {
     /// dcache's own: read the attributes inside the read section and
@@ -212,6 +230,7 @@ impl<'v> DentryRef<'v> {
         }
     }
 
+    /// The dentry itself.
     pub fn dentry(&self) -> &Dentry {
         // SAFETY: we hold a reference, so the dentry is not freed.
         unsafe { self.d.as_ref() }
@@ -223,6 +242,8 @@ impl<'v> DentryRef<'v> {
 
     /// Give up ownership without dropping the count (FUSE keeps it as a
     /// node's lookup count). Undo with [`Vfs::dentry_from_raw`].
+    // For dcache-fuse; not part of the supported API.
+    #[doc(hidden)]
     pub fn into_raw(self) -> *const Dentry {
         let p = self.d.as_ptr();
         std::mem::forget(self);
@@ -240,14 +261,17 @@ impl<'v> DentryRef<'v> {
         unsafe { p.as_ref() }
     }
 
+    /// True if the name has no inode (a cached "does not exist").
     pub fn is_negative(&self) -> bool {
         self.dentry().inode_ptr().is_null()
     }
 
+    /// The inode number, or `None` for a negative dentry.
     pub fn ino(&self) -> Option<Ino> {
         self.inode().map(|i| i.ino())
     }
 
+    /// The file type, or `None` for a negative dentry.
     pub fn kind(&self) -> Option<FileType> {
         self.inode().map(|i| i.kind())
     }
@@ -257,6 +281,7 @@ impl<'v> DentryRef<'v> {
         self.inode().map(|i| i.attr())
     }
 
+    /// The last component of the name, copied (empty for the root).
     pub fn name(&self) -> Vec<u8> {
         self.dentry().name()
     }
@@ -295,10 +320,23 @@ impl std::fmt::Debug for DentryRef<'_> {
 }
 
 impl Vfs {
+    /// A dentry cache over `fs` with the default [`Config`]. Reads the
+    /// root's attributes once; ENOTDIR if the root is not a directory.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, FileType, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
+    /// assert_eq!(vfs.stat(At::Root, "/")?.kind, FileType::Directory);
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
     pub fn new(fs: Arc<dyn FileSystem>) -> crate::Result<Vfs> {
         Vfs::with_config(fs, Config::default())
     }
 
+    /// [`Vfs::new`] with explicit sizing and policy.
     pub fn with_config(fs: Arc<dyn FileSystem>, config: Config) -> crate::Result<Vfs> {
         let root_ino = fs.root();
         let root_attr = fs.getattr(root_ino)?;
@@ -334,14 +372,18 @@ impl Vfs {
         unsafe { self.sb.as_ref() }
     }
 
+    /// The backend.
     pub fn backend(&self) -> &Arc<dyn FileSystem> {
         &self.sb().fs
     }
 
+    /// The live-object and lookup counters (shared: they outlive the
+    /// `Vfs`).
     pub fn counters(&self) -> Arc<Counters> {
         self.sb().counters.clone()
     }
 
+    /// The configuration it was built with.
     pub fn config(&self) -> &Config {
         &self.sb().config
     }
@@ -365,6 +407,8 @@ impl Vfs {
     /// # Safety
     /// `p` must come from `into_raw` on a reference of this Vfs, and each
     /// such pointer may be re-owned once.
+    // For dcache-fuse; not part of the supported API.
+    #[doc(hidden)]
     pub unsafe fn dentry_from_raw(&self, p: *const Dentry) -> DentryRef<'_> {
         DentryRef::from_counted(p as *mut Dentry)
     }
@@ -375,6 +419,8 @@ impl Vfs {
     /// # Safety
     /// `p` must be a live dentry of this Vfs, kept alive by a reference
     /// owned elsewhere for the duration of this call.
+    // For dcache-fuse; not part of the supported API.
+    #[doc(hidden)]
     pub unsafe fn dget_raw(&self, p: *const Dentry) -> DentryRef<'_> {
         // SAFETY: the caller guarantees p is alive.
         unsafe { &*p }.d_lockref.get();

@@ -26,19 +26,24 @@ pub struct OpenFile<'v> {
 }
 
 impl<'v> OpenFile<'v> {
+    /// The dentry the file was opened by.
     pub fn dentry(&self) -> &DentryRef<'v> {
         self.dentry.as_ref().expect("open file without dentry")
     }
+    /// The open inode's number.
     pub fn ino(&self) -> u64 {
         self.ino
     }
+    /// The backend's handle from [`FileSystem::open`](crate::FileSystem::open).
     pub fn fh(&self) -> u64 {
         self.fh
     }
+    /// The `open(2)` flags.
     pub fn flags(&self) -> i32 {
         self.flags
     }
 
+    /// `pread(2)`: read into `buf` at `offset`; EBADF if opened write-only.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         if self.flags & libc::O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
@@ -46,6 +51,8 @@ impl<'v> OpenFile<'v> {
         self.vfs.sb().fs.read(self.ino, self.fh, offset, buf)
     }
 
+    /// `pwrite(2)`: write `data` at `offset`; EBADF if opened read-only. A
+    /// caller without CAP_FSETID loses the file's set-id bits.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
         if self.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
@@ -113,6 +120,26 @@ impl Vfs {
 
     /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
     /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
+    /// `perm` and `ctx` are the mode and owner of a file `O_CREAT` makes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{oflags, At, Ctx, Errno, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
+    /// let f = vfs.open(At::Root, "log", oflags::O_CREAT | oflags::O_RDWR, 0o644, Ctx::ROOT)?;
+    /// assert_eq!(f.write(0, b"hello")?, 5);
+    /// let mut buf = [0; 16];
+    /// assert_eq!(f.read(0, &mut buf)?, 5);
+    /// assert_eq!(&buf[..5], b"hello");
+    /// f.close()?;
+    ///
+    /// let flags = oflags::O_CREAT | oflags::O_EXCL | oflags::O_WRONLY;
+    /// let again = vfs.open(At::Root, "log", flags, 0o644, Ctx::ROOT);
+    /// assert_eq!(again.unwrap_err(), Errno::EEXIST);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn open(
         &self,
         at: At<'_>,

@@ -164,7 +164,22 @@ impl Vfs {
         })
     }
 
-    /// Make a directory; EEXIST if the name exists.
+    /// `mkdirat(2)`: make a directory with permission bits `perm`, owned by
+    /// `ctx`; EEXIST if the name exists, ENOENT if the parent does not.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Ctx, Errno, FileType, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
+    /// let d = vfs.mkdir(At::Root, "srv", 0o755, Ctx::ROOT)?;
+    /// assert_eq!(d.kind(), Some(FileType::Directory));
+    /// vfs.mkdir(At::from(&d), "www", 0o750, Ctx { uid: 33, gid: 33 })?;
+    /// assert_eq!(vfs.stat(At::Root, "srv/www")?.uid, 33);
+    /// assert_eq!(vfs.mkdir(At::Root, "srv", 0o755, Ctx::ROOT).unwrap_err(), Errno::EEXIST);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn mkdir(
         &self,
         at: At<'_>,
@@ -285,6 +300,8 @@ impl Vfs {
         self.readlink_dentry(&d)
     }
 
+    /// The target of the symlink `d` (EINVAL if it is not one); cached on
+    /// the inode after the first read.
     pub fn readlink_dentry(&self, d: &DentryRef<'_>) -> Result<Vec<u8>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         if i.kind != FileType::Symlink {
@@ -367,12 +384,47 @@ impl Vfs {
         })
     }
 
-    /// Remove a name that is not a directory.
+    /// `unlinkat(2)`: remove a name that is not a directory (EISDIR for a
+    /// directory). The cached dentry becomes negative, so the next lookup of
+    /// the name fails without asking the backend.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Errno, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("tmp", 0o1777)?;
+    /// fs.write_file("tmp/scratch", b"x")?;
+    /// let vfs = Vfs::new(fs)?;
+    ///
+    /// vfs.unlink(At::Root, "tmp/scratch")?;
+    /// assert_eq!(vfs.stat(At::Root, "tmp/scratch").unwrap_err(), Errno::ENOENT);
+    /// assert_eq!(vfs.unlink(At::Root, "tmp").unwrap_err(), Errno::EISDIR);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
         self.remove_common(root_cred(), at, path.as_ref(), false)
     }
 
-    /// Remove an empty directory.
+    /// `unlinkat(2)` with `AT_REMOVEDIR`: remove an empty directory
+    /// (ENOTEMPTY otherwise, ENOTDIR for a non-directory).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Errno, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("a/b", 0o755)?;
+    /// let vfs = Vfs::new(fs)?;
+    ///
+    /// assert_eq!(vfs.rmdir(At::Root, "a").unwrap_err(), Errno::ENOTEMPTY);
+    /// vfs.rmdir(At::Root, "a/b")?;
+    /// vfs.rmdir(At::Root, "a")?;
+    /// assert_eq!(vfs.stat(At::Root, "a").unwrap_err(), Errno::ENOENT);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn rmdir(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
         self.remove_common(root_cred(), at, path.as_ref(), true)
     }
@@ -677,6 +729,8 @@ impl Vfs {
         self.readdir_dentry(&d, offset, emit)
     }
 
+    /// Read the directory `d` from cookie `offset` (no permission check;
+    /// ENOTDIR for a non-directory).
     pub fn readdir_dentry(
         &self,
         d: &DentryRef<'_>,
@@ -758,6 +812,8 @@ impl Vfs {
         self.setattr_dentry(d, &set, ctx)
     }
 
+    /// Change the attributes of `d` in the backend and the cached copy (no
+    /// permission check; `ctx` is passed to the backend).
     pub fn setattr_dentry(&self, d: &DentryRef<'_>, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         let a = self.sb().fs.setattr(i.ino, set, ctx)?;
@@ -781,6 +837,7 @@ impl Vfs {
         Ok(i.attr())
     }
 
+    /// `statfs(2)`, answered by the backend.
     pub fn statfs(&self) -> Result<StatFs> {
         self.sb().fs.statfs()
     }

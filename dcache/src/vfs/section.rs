@@ -23,6 +23,30 @@ pub const REFRESH_EVERY: u32 = 64;
 
 /// A read section held across calls (see the module docs). Not `Send`: a
 /// section belongs to the thread that opened it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use dcache::fs::memfs::MemFs;
+/// use dcache::{At, Cred, Vfs};
+///
+/// let fs = Arc::new(MemFs::new());
+/// fs.mkdir_p("src", 0o755)?;
+/// for i in 0..100 {
+///     fs.write_file(&format!("src/f{i}.rs"), b"fn main() {}")?;
+/// }
+/// let vfs = Vfs::new(fs)?;
+///
+/// // A build tool stat-ing a tree: one section for all the calls.
+/// let me = Cred::current();
+/// let mut s = vfs.read_section();
+/// let mut total = 0;
+/// for i in 0..100 {
+///     total += s.stat(&me, At::Root, format!("src/f{i}.rs"))?.size;
+/// }
+/// drop(s); // before blocking: a held section delays frees.
+/// assert_eq!(total, 1200);
+/// # Ok::<(), dcache::Errno>(())
+/// ```
 pub struct ReadSection<'v> {
     vfs: &'v Vfs,
     guard: RcuGuard<'v>,

@@ -1046,7 +1046,27 @@ impl Vfs {
         v == Validity::Valid
     }
 
-    /// `stat(2)`: follows a final symlink.
+    /// `stat(2)`: follows a final symlink. A cached path is answered by
+    /// rcu-walk from the cached attributes, without a backend call.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Errno, FileType, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("usr/bin", 0o755)?;
+    /// fs.write_file("usr/bin/true", b"#!/bin/sh\n")?;
+    /// let vfs = Vfs::new(fs)?;
+    ///
+    /// let a = vfs.stat(At::Root, "/usr/bin/true")?;
+    /// assert_eq!((a.kind, a.size, a.perm), (FileType::Regular, 10, 0o644));
+    /// // Relative to a directory the caller holds.
+    /// let bin = vfs.lookup(At::Root, "usr/bin", true)?;
+    /// assert_eq!(vfs.stat(At::from(&bin), "true")?.ino, a.ino);
+    /// assert_eq!(vfs.stat(At::Root, "usr/sbin").unwrap_err(), Errno::ENOENT);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn stat(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
         self.stat_with(at, path.as_ref(), true, StatMode::RefFree)
     }
@@ -1057,6 +1077,9 @@ impl Vfs {
     }
 
     /// `stat` with the choice of how the last component is handled.
+    // For dcache-bench and the integration tests (StatMode); not part of the
+    // supported API.
+    #[doc(hidden)]
     #[inline]
     pub fn stat_with(
         &self,
@@ -1237,6 +1260,9 @@ impl Vfs {
     /// names, a writer interfered, or `claim` declined); the caller then
     /// falls back to [`Vfs::lookup`]. `Some(Err)`: a definite error, as
     /// `lookup` would return it.
+    // For dcache-fuse (LOOKUP of a node the kernel holds); not part of the
+    // supported API.
+    #[doc(hidden)]
     #[inline]
     pub fn lookup_rcu_with<R>(
         &self,

@@ -72,14 +72,19 @@ pub enum Revalidate {
 /// The three configurations the benchmarks compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
+    /// kernfs in Linux 5.13: one mutex, negative entries never kept.
     Mutex,
+    /// kernfs in Linux 5.15: an rwlock, negative entries kept by revision.
     RwLock,
+    /// dcache's: the rwlock, with lockless revalidation and getattr.
     Rcu,
 }
 
 impl Variant {
+    /// Every variant, in the order above.
     pub const ALL: [Variant; 3] = [Variant::Mutex, Variant::RwLock, Variant::Rcu];
 
+    /// `"mutex"`, `"rwlock"` or `"rcu"`.
     pub fn name(self) -> &'static str {
         match self {
             Variant::Mutex => "mutex",
@@ -88,6 +93,7 @@ impl Variant {
         }
     }
 
+    /// The tree lock this variant uses.
     pub fn lock_kind(self) -> LockKind {
         match self {
             Variant::Mutex => LockKind::Mutex,
@@ -95,6 +101,7 @@ impl Variant {
         }
     }
 
+    /// The revalidation rule this variant uses.
     pub fn revalidate(self) -> Revalidate {
         match self {
             Variant::Mutex => Revalidate::LockedPositiveOnly,
@@ -120,6 +127,7 @@ impl fmt::Display for Variant {
     }
 }
 
+/// The kernfs backend (see the module docs).
 pub struct KernFs {
     lock_kind: LockKind,
     reval: Revalidate,
@@ -197,6 +205,7 @@ impl KernFs {
         }
     }
 
+    /// An empty tree configured as variant `v`.
     pub fn with_variant(v: Variant) -> KernFs {
         KernFs::new(v.lock_kind(), v.revalidate())
     }
@@ -206,10 +215,12 @@ impl KernFs {
         Ok(KernFs::with_variant(name.parse()?))
     }
 
+    /// The kind of the tree lock.
     pub fn lock_kind(&self) -> LockKind {
         self.lock_kind
     }
 
+    /// How cached entries are revalidated.
     pub fn revalidate_mode(&self) -> Revalidate {
         self.reval
     }
@@ -392,10 +403,12 @@ impl KernFs {
         Ok(())
     }
 
+    /// Change a node's permission bits (as `kernfs_setattr` would).
     pub fn set_perm(&self, ino: Ino, perm: u16) -> Result<()> {
         self.change_attr(ino, |n| n.perm = perm & 0o7777)
     }
 
+    /// Change a node's owner and group.
     pub fn set_owner(&self, ino: Ino, uid: u32, gid: u32) -> Result<()> {
         self.change_attr(ino, |n| {
             n.uid = uid;

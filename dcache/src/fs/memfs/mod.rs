@@ -54,6 +54,7 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// No limits.
     pub const UNLIMITED: Limits = Limits {
         max_bytes: u64::MAX,
         max_inodes: u64::MAX,
@@ -97,6 +98,23 @@ impl Default for MemFs {
 impl MemFs {
     /// An empty filesystem whose root (mode 0755) belongs to the calling
     /// process's effective uid and gid.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("a/b", 0o755)?;
+    /// fs.write_file("a/b/greeting", b"hello")?;
+    /// fs.make_symlink("a/link", "b/greeting")?;
+    /// assert_eq!(fs.read_file("a/b/greeting")?, b"hello");
+    ///
+    /// // The same tree through the dentry cache.
+    /// let vfs = Vfs::new(fs)?;
+    /// assert_eq!(vfs.stat(At::Root, "a/link")?.size, 5);
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
     pub fn new() -> MemFs {
         let me = Ctx::current();
         MemFs::with_root(0o755, me.uid, me.gid)

@@ -120,6 +120,7 @@ impl Passthrough {
         Self::with_options(dir, PassthroughOptions::default())
     }
 
+    /// Serve `dir` with `opts`.
     pub fn with_options(dir: &Path, opts: PassthroughOptions) -> Result<Passthrough> {
         let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
         sys::proc_fd_available()?;
@@ -138,6 +139,7 @@ impl Passthrough {
         })
     }
 
+    /// The options it was built with.
     pub fn options(&self) -> PassthroughOptions {
         self.opts
     }
