@@ -13,13 +13,13 @@
 //!
 //! Why: a request that finds its reader asleep waits for a wake-up, and on
 //! the virtual machines we measured that wake-up is most of a round trip
-//! (README, "Against libfuse"). The price is one busy CPU while requests
+//! (docs/BENCHMARKS.md, "FUSE: against libfuse"). The price is one busy CPU while requests
 //! arrive at least once per window.
 //!
 //! A poller takes a CPU while it spins. On a machine with fewer than
 //! [`super::options::MIN_CPUS_TO_POLL`] CPUs that CPU is one a client
 //! needs, so there polling is off unless `poll_us` asks for it (measured
-//! in the README: on 2 CPUs polling speeds one client up and slows two
+//! in docs/BENCHMARKS.md: on 2 CPUs polling speeds one client up and slows two
 //! down).
 //!
 //! Without `clone_fd` every worker reads the one descriptor, and all of

@@ -14,7 +14,7 @@
 //!   first pin executes a SeqCst fence (`lock`-prefixed RMW on x86); garbage
 //!   of a dropped `Vfs` is freed whenever the global epoch advances.
 //!
-//! Why seize is the default: see the measured figures in README.md ("Choosing
+//! Why seize is the default: see the measured figures in docs/BENCHMARKS.md ("Choosing
 //! the reclamation crate"); in short the reader side of a 4-component stat is
 //! cheaper without the fence, and a per-instance collector gives exact frees.
 

@@ -14,12 +14,15 @@
 
 mod as_cred;
 pub(crate) mod dcache;
+mod lookup;
 #[cfg(all(test, loom))]
 mod loom_walk;
 mod open;
 mod ops;
+mod path;
+mod rcu_walk;
+mod ref_walk;
 mod section;
-mod walk;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;

@@ -5,7 +5,7 @@
 
 use super::dcache::d_instantiate;
 use super::ops::is_dot_or_dotdot;
-use super::walk::check_path;
+use super::path::check_path;
 use super::{root_cred, At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};

@@ -9,7 +9,7 @@
 //! (`d_move`) under the global rename sequence count.
 
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
-use super::walk::check_path;
+use super::path::check_path;
 use super::{root_cred, At, DentryRef, Super, Vfs};
 use crate::cred::Cred;
 use crate::dentry::{name_hash, Dentry, ExtName, D_HASHED};

@@ -100,7 +100,7 @@ impl ReadSection<'_> {
     ) -> Result<Attr> {
         let path = path.as_ref();
         self.tick();
-        super::walk::check_path(path)?;
+        super::path::check_path(path)?;
         match self
             .vfs
             .try_stat_rcu_in(&self.guard, at, path, follow, StatMode::RefFree, cred)

@@ -1,0 +1,340 @@
+//! rcu-walk: inside one read section, look every component up in the hash
+//! table, take no lock and no reference, and check each step with sequence
+//! counters — a child is trusted only once its parent's `d_seq` is seen
+//! unchanged after the child was found, and the final dentry's own `d_seq`
+//! is checked by the caller after reading what it needs. A miss in the
+//! table, a dentry mid-change, a backend that must revalidate with
+//! blocking, or a symlink whose target is not cached yet makes it give up
+//! (`Fallback`), never answer wrongly.
+
+use std::mem::MaybeUninit;
+
+use super::path::{Comp, CompSource, Components, OnePiece, FAST_PATH_MAX};
+use super::{At, Super, Vfs};
+use crate::cred::Cred;
+use crate::dentry::{Dentry, D_HASHED};
+use crate::errno::Errno;
+use crate::fs::{FileType, Validity, NAME_MAX};
+use crate::inode::Inode;
+use crate::permission::{generic_permission, search_for_all, MAY_EXEC};
+use crate::rcu::RcuGuard;
+use crate::table::RcuHit;
+
+/// How an rcu-walk ended.
+pub(crate) enum RcuWalk {
+    /// The final dentry and its d_seq sample, still to be validated by the
+    /// caller after it reads what it needs. May be negative only when
+    /// `allow_negative` was set.
+    Done(*mut Dentry, u32),
+    /// A definite answer (validated).
+    Err(Errno),
+    /// Give up; redo in ref-walk.
+    Fallback,
+}
+
+#[inline(always)]
+pub(super) fn inode_of<'g>(d: &Dentry) -> Option<&'g Inode> {
+    // SAFETY: callers are inside a read section (or hold a reference); an
+    // inode is freed only after a grace period once no dentry points to it.
+    unsafe { d.inode_ptr().as_ref() }
+}
+
+/// Where an rcu-walk stands, carried from the fast component source to the
+/// general one when a symlink must be followed.
+struct RcuState<'c> {
+    /// Who walks: search permission is checked for it on every directory.
+    cred: &'c Cred,
+    cur: *mut Dentry,
+    cur_seq: u32,
+    /// A `..` was taken: the global rename sequence must be unchanged at the end.
+    dotdot: bool,
+    rename_seq: u32,
+    follow_last: bool,
+    allow_negative: bool,
+}
+
+/// What one rcu-walk step decided.
+enum Step<'t> {
+    /// Go on from this dentry (its d_seq sample; whether it is a directory).
+    Enter(*mut Dentry, u32, bool),
+    /// `.`: stay.
+    Stay,
+    /// `..`: to the parent (never above the root).
+    Up,
+    /// A symlink to follow: its cached target.
+    Link(&'t [u8]),
+    /// The walk ends here.
+    End(RcuWalk),
+}
+
+#[inline(always)]
+fn is_dir(d: &Dentry) -> bool {
+    inode_of(d).is_some_and(|i| i.kind == FileType::Directory)
+}
+
+impl Vfs {
+    /// rcu-walk `path` from `at`. Must be called inside `g`.
+    ///
+    /// The common path (no symlink to follow) reads its components straight
+    /// from `path` ([`OnePiece`]); the first symlink to follow hands the
+    /// walk, where it stands, to the general [`Components`] iterator. Both
+    /// run the same loop and the same per-component step ([`Vfs::rcu_step`]).
+    #[inline]
+    pub(crate) fn walk_rcu(
+        &self,
+        _g: &RcuGuard<'_>,
+        at: At<'_>,
+        path: &[u8],
+        follow_last: bool,
+        allow_negative: bool,
+        cred: &Cred,
+    ) -> RcuWalk {
+        let sb = self.sb();
+        let rename_seq = sb.rename_seq.raw_begin();
+        if rename_seq & 1 != 0 {
+            return RcuWalk::Fallback;
+        }
+        let cur: *mut Dentry = match at {
+            At::Dir(d) if path.first() != Some(&b'/') => d as *const Dentry as *mut Dentry,
+            _ => sb.root(),
+        };
+        // SAFETY: cur is the root or a dentry the caller holds a reference on.
+        let cur_seq = unsafe { &*cur }.d_seq.raw_begin();
+        if cur_seq & 1 != 0 {
+            return RcuWalk::Fallback;
+        }
+        let mut st = RcuState {
+            cred,
+            cur,
+            cur_seq,
+            dotdot: false,
+            rename_seq,
+            follow_last,
+            allow_negative,
+        };
+        if path.len() > FAST_PATH_MAX {
+            return self.walk_rcu_general(&mut st, Components::new(path));
+        }
+        let mut store = MaybeUninit::uninit();
+        let mut one = OnePiece::new(path, &mut store);
+        match self.rcu_loop(&mut st, &mut one) {
+            Ok(r) => r,
+            Err(target) => self.walk_rcu_links(&mut st, target, one.rest()),
+        }
+    }
+
+    /// The rest of an rcu-walk once a symlink must be followed: `target`
+    /// first, then `rest` of the path.
+    #[cold]
+    fn walk_rcu_links(&self, st: &mut RcuState<'_>, target: &[u8], rest: &[u8]) -> RcuWalk {
+        let mut comps = Components::new(rest);
+        if let Err(e) = comps.push_link_borrowed(target) {
+            return RcuWalk::Err(e);
+        }
+        self.walk_rcu_general(st, comps)
+    }
+
+    /// rcu-walk with the general iterator (long paths, symlinks).
+    #[cold]
+    #[inline(never)]
+    fn walk_rcu_general(&self, st: &mut RcuState<'_>, mut comps: Components<'_>) -> RcuWalk {
+        match self.rcu_loop(st, &mut comps) {
+            Ok(r) => r,
+            // Components follows links itself; this cannot happen.
+            Err(_) => RcuWalk::Fallback,
+        }
+    }
+
+    /// Walk the components `src` yields from `st`. `Err(target)`: a symlink
+    /// to follow that `src` cannot take (the walk stands on its directory).
+    #[inline(always)]
+    fn rcu_loop<'t, S: CompSource>(
+        &self,
+        st: &mut RcuState<'_>,
+        src: &mut S,
+    ) -> std::result::Result<RcuWalk, &'t [u8]> {
+        let sb = self.sb();
+        let root = sb.root();
+        // SAFETY: st.cur was reached inside the read section.
+        let mut cur_dir = is_dir(unsafe { &*st.cur });
+        while let Some(comp) = src.next_comp() {
+            if !cur_dir {
+                // Only directories have components after them.
+                // SAFETY: st.cur was reached inside the read section.
+                let cd = unsafe { &*st.cur };
+                let e = if inode_of(cd).is_none() {
+                    Errno::ENOENT
+                } else {
+                    Errno::ENOTDIR
+                };
+                return Ok(validated(cd, st.cur_seq, e));
+            }
+            match self.rcu_step(sb, st, &comp) {
+                Step::Enter(d, seq, dir) => {
+                    st.cur = d;
+                    st.cur_seq = seq;
+                    cur_dir = dir;
+                }
+                Step::Stay => {}
+                Step::Up => {
+                    st.dotdot = true;
+                    if st.cur != root {
+                        // SAFETY: st.cur was reached inside the read section.
+                        let cd = unsafe { &*st.cur };
+                        let p = cd.parent_ptr();
+                        // SAFETY: a parent outlives its children's read sections.
+                        let pd = unsafe { &*p };
+                        let ps = pd.d_seq.raw_begin();
+                        if ps & 1 != 0 || cd.d_seq.read_retry(st.cur_seq) {
+                            return Ok(RcuWalk::Fallback);
+                        }
+                        st.cur = p;
+                        st.cur_seq = ps;
+                        cur_dir = is_dir(pd);
+                    }
+                }
+                Step::Link(target) => {
+                    if target[0] == b'/' {
+                        st.cur = root;
+                        // SAFETY: the root lives as long as the Vfs.
+                        st.cur_seq = unsafe { &*root }.d_seq.raw_begin();
+                        cur_dir = true;
+                    }
+                    match src.push_link(target) {
+                        Ok(true) => {}
+                        Ok(false) => return Err(target),
+                        Err(e) => return Ok(RcuWalk::Err(e)),
+                    }
+                }
+                Step::End(r) => return Ok(r),
+            }
+        }
+        if st.dotdot && sb.rename_seq.read_retry(st.rename_seq) {
+            return Ok(RcuWalk::Fallback);
+        }
+        Ok(RcuWalk::Done(st.cur, st.cur_seq))
+    }
+
+    /// One rcu-walk step from the directory `st.cur`: look `c` up and say
+    /// where the walk goes next. Nothing is trusted until the parent's
+    /// `d_seq` is seen unchanged after the child was found.
+    #[inline(always)]
+    fn rcu_step<'t>(&self, sb: &Super, st: &RcuState<'_>, c: &Comp<'_>) -> Step<'t> {
+        let cur = st.cur;
+        // SAFETY: st.cur was reached inside the read section.
+        let cd = unsafe { &*cur };
+        // may_lookup: search permission on the directory we stand in. A
+        // directory everyone may search costs one test of a word on the
+        // inode's first line, which `is_dir` just read.
+        if let Some(dir) = inode_of(cd) {
+            if !search_for_all(dir.mode()) {
+                if let Some(e) = self.rcu_search_denied(st, cd, dir) {
+                    return Step::End(e);
+                }
+            }
+        }
+        let name = c.name;
+        if name.len() > NAME_MAX {
+            return Step::End(validated(cd, st.cur_seq, Errno::ENAMETOOLONG));
+        }
+        // `first` is the name zero padded: "." and ".." in one compare each.
+        if name.len() <= 2 && c.first as u8 == b'.' {
+            if name.len() == 1 {
+                return Step::Stay;
+            }
+            if c.first == u64::from(u16::from_le_bytes(*b"..")) {
+                return Step::Up;
+            }
+        }
+        let (d, dseq) = match sb.table.lookup_rcu_word(cur, name, c.hash, c.first) {
+            RcuHit::Found(d, s) => (d, s),
+            RcuHit::Missing | RcuHit::Busy => return Step::End(RcuWalk::Fallback),
+        };
+        // The child is only as good as the parent we found it in.
+        if cd.d_seq.read_retry(st.cur_seq) {
+            return Step::End(RcuWalk::Fallback);
+        }
+        // SAFETY: found in the table inside the read section.
+        let dd = unsafe { &*d };
+        let inode = inode_of(dd);
+        if sb.revalidate && !self.rcu_revalidate(sb, cd, dd, name) {
+            return Step::End(RcuWalk::Fallback);
+        }
+        let Some(inode) = inode else {
+            // A negative answer only from a dentry still in the table: one
+            // already unhashed (killed or dropped) can be reached through a
+            // chain link read before its removal, with a d_seq sampled
+            // after it, and must not say ENOENT for a name that may exist
+            // (Linux skips unhashed dentries in __d_lookup_rcu; here only
+            // the negative case pays for the test). Its unhash cleared
+            // D_HASHED before invalidating d_seq (Release), so a sample
+            // taken after that (Acquire) sees the flag cleared.
+            if dd.flags() & D_HASHED == 0 {
+                return Step::End(RcuWalk::Fallback);
+            }
+            if c.last && st.allow_negative {
+                return Step::Enter(d, dseq, false);
+            }
+            return Step::End(validated(dd, dseq, Errno::ENOENT));
+        };
+        match inode.kind {
+            FileType::Directory => Step::Enter(d, dseq, true),
+            FileType::Symlink if !c.last || st.follow_last || c.must_dir => {
+                let Some(target) = inode.cached_link() else {
+                    return Step::End(RcuWalk::Fallback);
+                };
+                if dd.d_seq.read_retry(dseq) {
+                    return Step::End(RcuWalk::Fallback);
+                }
+                if target.is_empty() {
+                    return Step::End(RcuWalk::Err(Errno::ENOENT));
+                }
+                // The target lives with the inode, past this read section's
+                // use of it.
+                Step::Link(target)
+            }
+            _ if c.must_dir => Step::End(validated(dd, dseq, Errno::ENOTDIR)),
+            _ => Step::Enter(d, dseq, false),
+        }
+    }
+
+    /// The full search check in rcu-walk: `Some` ends the walk (EACCES, or
+    /// a fallback when a writer interfered).
+    #[cold]
+    #[inline(never)]
+    fn rcu_search_denied(&self, st: &RcuState<'_>, cd: &Dentry, dir: &Inode) -> Option<RcuWalk> {
+        let Some(p) = dir.try_perm() else {
+            return Some(RcuWalk::Fallback);
+        };
+        match generic_permission(st.cred, p, MAY_EXEC) {
+            Ok(()) => None,
+            Err(e) => Some(validated(cd, st.cur_seq, e)),
+        }
+    }
+
+    /// Ask a revalidating backend, without blocking, whether `dd` (found
+    /// under `cd`) still holds.
+    #[cold]
+    fn rcu_revalidate(&self, sb: &Super, cd: &Dentry, dd: &Dentry, name: &[u8]) -> bool {
+        let Some(dir) = inode_of(cd) else {
+            return false;
+        };
+        sb.fs.revalidate(
+            dir.ino,
+            name,
+            inode_of(dd).map(|i| i.ino),
+            dd.d_time.load(crate::sync::Ordering::Relaxed),
+            true,
+        ) == Validity::Valid
+    }
+}
+
+/// Return `e` if `d` is unchanged since `seq`, else fall back.
+#[inline(always)]
+fn validated(d: &Dentry, seq: u32, e: Errno) -> RcuWalk {
+    if d.d_seq.read_retry(seq) {
+        RcuWalk::Fallback
+    } else {
+        RcuWalk::Err(e)
+    }
+}
