@@ -307,50 +307,72 @@ impl<'a> Components<'a> {
 
 /// Scan one component starting at `pos` (not a `/`): returns the position
 /// of the `/` or end that ends it, its hash and its first word. Reads the
-/// path 8 bytes at a time (the last partial word as one overlapping load),
-/// finding the `/` with the has-zero-byte trick and hashing the same words,
-/// so each byte is looked at once.
+/// path 8 bytes at a time (the last partial word as one overlapping load)
+/// through [`scan_name`], which finds the end and hashes the same words.
 #[inline(always)]
-fn scan_component(bytes: &[u8], mut pos: usize) -> (usize, u32, u64) {
-    const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+fn scan_component(bytes: &[u8], pos: usize) -> (usize, u32, u64) {
     let n = bytes.len();
-    let start = pos;
+    let word = |i: usize| {
+        if n - i >= 8 {
+            load8(bytes, i)
+        } else {
+            load_tail(bytes, i)
+        }
+    };
+    // The tail word is zero padded and a zero byte is no `/`, so the end of
+    // the bytes is flagged on its own: the high bit of the byte at `n`.
+    let stop = |w: u64, i: usize| {
+        let end = if n - i < 8 { 0x80u64 << (8 * (n - i)) } else { 0 };
+        zero_bytes(w ^ SLASHES) | end
+    };
+    scan_name(pos, word, stop)
+}
+
+/// Eight `/` bytes.
+const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+
+/// The word scan both lexers share: from `start` (a byte that is neither
+/// `/` nor the end), load words with `word(i)`, ask `stop(w, i)` for a mask
+/// whose lowest flagged byte (0x80 in it) is exactly where the name ends,
+/// and hash every whole word before it and the masked part of the last.
+/// Returns the end, the hash, and the name's first word (masked to the
+/// name), so each byte is looked at once.
+#[inline(always)]
+pub(super) fn scan_name(
+    start: usize,
+    word: impl Fn(usize) -> u64,
+    stop: impl Fn(u64, usize) -> u64,
+) -> (usize, u32, u64) {
+    let mut pos = start;
+    let mut w = word(pos);
+    let mut end = stop(w, pos);
     let mut h = HASH_INIT;
-    let mut first = 0;
-    loop {
-        let avail = n - pos;
-        let w = if avail >= 8 {
-            load8(bytes, pos)
-        } else {
-            load_tail(bytes, pos)
-        };
-        // Zero padding past the end is never taken for a `/`.
-        let z = zero_bytes(w ^ SLASHES);
-        let k = if z == 0 {
-            8
-        } else {
-            // The lowest flagged byte is exactly the first `/`.
-            (z.trailing_zeros() / 8) as usize
-        }
-        .min(avail);
-        if k == 8 {
+    let first;
+    if end == 0 {
+        first = w;
+        loop {
             h = hash_word(h, w);
-            if pos == start {
-                first = w;
-            }
             pos += 8;
-            continue;
-        }
-        if k > 0 {
-            let m = w & ((1u64 << (8 * k)) - 1);
-            h = hash_word(h, m);
-            if pos == start {
-                first = m;
+            w = word(pos);
+            end = stop(w, pos);
+            if end != 0 {
+                break;
             }
+        }
+        let k = (end.trailing_zeros() / 8) as usize;
+        if k > 0 {
+            h = hash_word(h, w & ((1u64 << (8 * k)) - 1));
         }
         pos += k;
-        return (pos, hash_finish(h, pos - start), first);
+    } else {
+        // k >= 1: the byte at start ends nothing.
+        let k = (end.trailing_zeros() / 8) as usize;
+        let m = w & ((1u64 << (8 * k)) - 1);
+        first = m;
+        h = hash_word(h, m);
+        pos += k;
     }
+    (pos, hash_finish(h, pos - start), first)
 }
 
 impl Drop for Components<'_> {
@@ -447,7 +469,6 @@ impl<'a> OnePiece<'a> {
 impl CompSource for OnePiece<'_> {
     #[inline(always)]
     fn next_comp(&mut self) -> Option<Comp<'_>> {
-        const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
         let mut pos = self.pos;
         while self.byte(pos) == b'/' {
             pos += 1;
@@ -459,37 +480,13 @@ impl CompSource for OnePiece<'_> {
         }
         let start = pos;
         // A component ends at its first `/` or at the zero after the path.
-        let mut w = self.word(pos);
-        let mut stop = zero_bytes(w ^ SLASHES) | zero_bytes(w);
-        let mut h = HASH_INIT;
-        let first;
-        if stop == 0 {
-            first = w;
-            loop {
-                h = hash_word(h, w);
-                pos += 8;
-                w = self.word(pos);
-                stop = zero_bytes(w ^ SLASHES) | zero_bytes(w);
-                if stop != 0 {
-                    break;
-                }
-            }
-            // The lowest flag of either test is exact: the end.
-            let k = (stop.trailing_zeros() / 8) as usize;
-            if k > 0 {
-                h = hash_word(h, w & ((1u64 << (8 * k)) - 1));
-            }
-            pos += k;
-        } else {
-            // k >= 1: the byte at pos is neither `/` nor zero.
-            let k = (stop.trailing_zeros() / 8) as usize;
-            let m = w & ((1u64 << (8 * k)) - 1);
-            first = m;
-            h = hash_word(h, m);
-            pos += k;
-        }
-        let end = pos;
-        let hash = hash_finish(h, end - start);
+        let (end, hash, first) = scan_name(
+            start,
+            |i| self.word(i),
+            |w, _| zero_bytes(w ^ SLASHES) | zero_bytes(w),
+        );
+        let mut pos = end;
+
         while self.byte(pos) == b'/' {
             pos += 1;
         }
