@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering as StdOrdering;
 
-use super::Super;
+use super::{DentryRef, Super};
 use crate::dentry::{
     name_hash, Dentry, D_HASHED, D_KILLED, D_LRU_LIST, D_NEG_COUNTED, D_REFERENCED, D_ROOT,
 };
@@ -217,7 +217,12 @@ pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
 /// After an unlink/rmdir: if the caller holds the only reference, turn the
 /// dentry negative in place (a cached miss for the next lookup); otherwise
 /// unhash it so other holders keep their inode while new lookups miss.
-pub(crate) fn d_delete(sb: &Super, d: &Dentry) {
+///
+/// Takes the caller's reference by value: the only moment a held dentry's
+/// inode may go is when its sole holder gives it up here, so no `&Inode`
+/// borrowed from that reference ([`DentryRef::inode`]) can outlive it.
+pub(crate) fn d_delete(sb: &Super, dref: DentryRef<'_>) {
+    let d = dref.dentry();
     let g = d.d_lockref.lock();
     if g.count() == 1 && d.flags() & D_HASHED != 0 {
         d.d_seq.write_begin();

@@ -256,11 +256,13 @@ impl<'v> DentryRef<'v> {
     /// The inode, or `None` for a negative dentry.
     pub fn inode(&self) -> Option<&Inode> {
         let p = self.dentry().inode_ptr();
-        // SAFETY: an inode stays allocated while any dentry points at it and
-        // for a grace period after; our reference keeps this dentry, and we
-        // only change d_inode under d_lock... a concurrent unlink may clear
-        // it, but the inode is freed only after a grace period following
-        // that, and callers use the result immediately.
+        // SAFETY: the result borrows this reference, and while a counted
+        // reference exists the dentry's inode pointer does not go away: it
+        // changes only from null (`d_instantiate` of a negative dentry),
+        // when the dentry dies (count zero, impossible while we hold one),
+        // or in `d_delete` when its caller holds the only reference — and
+        // `d_delete` consumes that reference, so no borrow of it survives.
+        // A dentry pointing at an inode keeps the inode allocated.
         unsafe { p.as_ref() }
     }
 

@@ -476,7 +476,7 @@ impl Vfs {
             // Other names of the inode see the new link count.
             self.refresh(inode);
         }
-        d_delete(sb, d.dentry());
+        d_delete(sb, d);
         self.refresh(dir);
         Ok(())
     }

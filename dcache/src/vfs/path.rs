@@ -322,7 +322,11 @@ fn scan_component(bytes: &[u8], pos: usize) -> (usize, u32, u64) {
     // The tail word is zero padded and a zero byte is no `/`, so the end of
     // the bytes is flagged on its own: the high bit of the byte at `n`.
     let stop = |w: u64, i: usize| {
-        let end = if n - i < 8 { 0x80u64 << (8 * (n - i)) } else { 0 };
+        let end = if n - i < 8 {
+            0x80u64 << (8 * (n - i))
+        } else {
+            0
+        };
         zero_bytes(w ^ SLASHES) | end
     };
     scan_name(pos, word, stop)
