@@ -243,16 +243,21 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
     }
-    let starved = runs
+    let starved: Vec<String> = runs
         .iter()
         .filter(|r| r.cpu_util.is_some_and(|u| u < STARVED))
-        .count();
-    if starved > 0 {
+        .map(|r| format!("{} {} {}t", r.target, r.variant, r.threads))
+        .collect();
+    if !starved.is_empty() {
         let _ = writeln!(
             out,
-            "note: {starved} run(s) had their CPUs less than {:.0}% of the time (cpu): \
-             another process competed, so those numbers measure the machine's load too",
-            STARVED * 100.0
+            "note: {} run(s) had their CPUs less than {:.0}% of the time (cpu): {}. \
+             Either another process competed, or the workload's own extra thread \
+             (the lockref intruder, the FUSE daemon) shared the workers' CPUs because \
+             the workers filled them all; those numbers include that contention",
+            starved.len(),
+            STARVED * 100.0,
+            starved.join(", ")
         );
     }
     out
