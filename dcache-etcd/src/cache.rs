@@ -19,6 +19,10 @@ use crate::codec::Rec;
 pub(crate) struct Cached {
     pub rec: Rec,
     pub mod_rev: i64,
+    /// Kept current by the watch: may answer without a round trip. A
+    /// record read when the watch had already gone past it is kept only
+    /// as the last known state (for a deleted inode's last attributes).
+    pub live: bool,
 }
 
 /// Counters for tests and diagnostics (relaxed sums).
@@ -123,7 +127,7 @@ impl Cache {
             return None;
         }
         let m = self.recs.pin();
-        let a = m.get(&ino).map(|c| c.rec.attr(ino));
+        let a = m.get(&ino).filter(|c| c.live).map(|c| c.rec.attr(ino));
         drop(m);
         if a.is_some() && self.fresh() {
             self.stats.attr_hits.fetch_add(1, Ordering::Relaxed);
@@ -137,7 +141,22 @@ impl Cache {
         if !self.fresh() {
             return None;
         }
-        self.recs.pin().get(&ino).map(|c| c.rec.clone())
+        self.recs
+            .pin()
+            .get(&ino)
+            .filter(|c| c.live)
+            .map(|c| c.rec.clone())
+    }
+
+    /// The last attributes this client knew for `ino`, with `nlink` 0:
+    /// what `stat` of a name being removed concurrently may report (as
+    /// Linux's can), instead of ENOENT for a dentry the caller holds.
+    pub fn last_known(&self, ino: Ino) -> Option<Attr> {
+        self.recs.pin().get(&ino).map(|c| {
+            let mut a = c.rec.attr(ino);
+            a.nlink = 0;
+            a
+        })
     }
 
     /// Record what a response at revision `read_rev` said about `ino`
@@ -145,13 +164,14 @@ impl Cache {
     /// gone past `read_rev`, since an event in between may be newer.
     pub fn record(&self, ino: Ino, rec: Option<(&Rec, i64)>, read_rev: i64) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-        if read_rev < self.watched.load(Ordering::Acquire) {
-            return;
-        }
+        // Once the watch has gone past `read_rev`, an event in between may
+        // be newer than what was read: keep it, but not as live.
+        let live = read_rev >= self.watched.load(Ordering::Acquire);
         let m = self.recs.pin();
+        let cur = m.get(&ino);
         match rec {
             Some((r, mod_rev)) => {
-                if m.get(&ino).is_some_and(|c| c.mod_rev > mod_rev) {
+                if cur.is_some_and(|c| c.mod_rev > mod_rev || (c.live && !live)) {
                     return;
                 }
                 m.insert(
@@ -159,11 +179,25 @@ impl Cache {
                     Cached {
                         rec: r.clone(),
                         mod_rev,
+                        live,
                     },
                 );
             }
             None => {
-                m.remove(&ino);
+                if let Some(c) = cur {
+                    if c.mod_rev < read_rev {
+                        let mut rec = c.rec.clone();
+                        rec.nlink = 0;
+                        m.insert(
+                            ino,
+                            Cached {
+                                rec,
+                                mod_rev: read_rev,
+                                live,
+                            },
+                        );
+                    }
+                }
             }
         }
     }
@@ -176,20 +210,26 @@ impl Cache {
             revs.insert(ino, rev);
         }
         let m = self.recs.pin();
-        match rec {
-            Some(r) => {
-                if m.get(&ino).is_some_and(|c| c.mod_rev < rev) {
-                    m.insert(
-                        ino,
-                        Cached {
-                            rec: r,
-                            mod_rev: rev,
-                        },
-                    );
-                }
-            }
-            None => {
-                m.remove(&ino);
+        if let Some(c) = m.get(&ino) {
+            if c.mod_rev < rev {
+                let rec = match rec {
+                    Some(r) => r,
+                    None => {
+                        // Deleted: keep the last attributes, nlink 0.
+                        let mut r = c.rec.clone();
+                        r.nlink = 0;
+                        r
+                    }
+                };
+                let live = c.live;
+                m.insert(
+                    ino,
+                    Cached {
+                        rec,
+                        mod_rev: rev,
+                        live,
+                    },
+                );
             }
         }
         self.watched.fetch_max(rev, Ordering::AcqRel);
@@ -213,7 +253,21 @@ impl Cache {
     pub fn reset(&self, rev: i64) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
         self.floor.fetch_max(rev, Ordering::AcqRel);
-        self.recs.pin().clear();
+        let m = self.recs.pin();
+        let stale: Vec<(Ino, Rec, i64)> = m
+            .iter()
+            .map(|(k, c)| (*k, c.rec.clone(), c.mod_rev))
+            .collect();
+        for (ino, rec, mod_rev) in stale {
+            m.insert(
+                ino,
+                Cached {
+                    rec,
+                    mod_rev,
+                    live: false,
+                },
+            );
+        }
         self.watched.store(rev, Ordering::Release);
         self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
     }

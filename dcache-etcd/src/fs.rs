@@ -1382,7 +1382,13 @@ impl FileSystem for EtcdFs {
             return Ok(a);
         }
         i.cache.stats.attr_misses.fetch_add(1, Ordering::Relaxed);
-        self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.attr(ino)) })
+        match self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.attr(ino)) }) {
+            // Removed since the caller's dentry was validated: its last
+            // attributes with nlink 0, as a stat racing an unlink gets on
+            // Linux, rather than ENOENT for a name that was there.
+            Err(Errno::ENOENT) => i.cache.last_known(ino).ok_or(Errno::ENOENT),
+            r => r,
+        }
     }
 
     fn setattr(&self, ino: Ino, set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
