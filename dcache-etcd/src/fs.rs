@@ -206,6 +206,15 @@ impl Inner {
         tokio::time::sleep(Duration::from_micros(200 + x % (cap * 1000))).await;
     }
 
+    /// After a transient failure: retry at once (the balancer likely
+    /// picks another member), then back off to at most 50 ms.
+    async fn transient_pause(&self, attempt: u32) {
+        if attempt > 1 {
+            let ms = (1u64 << attempt.min(6)).min(50);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+
     /// Run the gets in `ops` as one read-only transaction (one revision);
     /// linearizable. Returns the revision and one response per op.
     async fn read(&self, dl: Instant, ops: Vec<TxnOp>) -> Result<(i64, Vec<GetResponse>)> {
@@ -235,14 +244,19 @@ impl Inner {
                 Err(_) => {}
             }
             attempt += 1;
-            self.pause(attempt + 4).await;
+            self.transient_pause(attempt).await;
         }
     }
 
     /// Commit `ops` if every compare holds. A lost response is resolved
     /// by reading this client's marker key; out of time: EIO (the outcome
     /// is then unknown, as for a local disk that failed mid-write).
-    async fn commit(&self, dl: Instant, cmps: Vec<Compare>, mut ops: Vec<TxnOp>) -> Result<Outcome> {
+    async fn commit(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        mut ops: Vec<TxnOp>,
+    ) -> Result<Outcome> {
         let seq = self.op_seq.fetch_add(1, Ordering::Relaxed).to_le_bytes();
         let marker = self.keys.op_marker(&self.client_id);
         ops.push(put(marker.clone(), seq.to_vec()));
@@ -291,7 +305,7 @@ impl Inner {
                 }
             }
             attempt += 1;
-            self.pause(attempt + 4).await;
+            self.transient_pause(attempt).await;
         }
     }
 
@@ -359,10 +373,7 @@ impl Inner {
         let txn_cmps = vec![absent(k.clone())];
         let ops = vec![
             put(k, root.encode()),
-            put(
-                self.keys.parent(ROOT_INO),
-                ROOT_INO.to_le_bytes().to_vec(),
-            ),
+            put(self.keys.parent(ROOT_INO), ROOT_INO.to_le_bytes().to_vec()),
         ];
         self.commit(dl, txn_cmps, ops).await?;
         // Whoever created it, it must be a directory now.
@@ -452,7 +463,11 @@ impl Inner {
             touch_dir(&mut drec, now);
             let ikey = self.keys.inode(ino);
             let entry = Entry { ino, kind, slot };
-            let cmps = vec![same(dkey.clone(), dmr), absent(ekey.clone()), absent(ikey.clone())];
+            let cmps = vec![
+                same(dkey.clone(), dmr),
+                absent(ekey.clone()),
+                absent(ikey.clone()),
+            ];
             let mut ops = vec![
                 put(dkey, drec.encode()),
                 put(ekey, entry.encode()),
@@ -493,7 +508,12 @@ impl Inner {
             if dir_op {
                 reads.push(TxnOp::get(
                     self.keys.entries(e.ino),
-                    Some(GetOptions::new().with_prefix().with_keys_only().with_limit(1)),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_keys_only()
+                            .with_limit(1),
+                    ),
                 ));
             }
             let (_, rs2) = self.read(dl, reads).await?;
@@ -519,7 +539,11 @@ impl Inner {
             if dir_op {
                 drec2.nlink = drec2.nlink.saturating_sub(1);
             }
-            let cmps = vec![same(dkey.clone(), dmr), same(ekey.clone(), emr), same(ckey.clone(), cmr)];
+            let cmps = vec![
+                same(dkey.clone(), dmr),
+                same(ekey.clone(), emr),
+                same(ckey.clone(), cmr),
+            ];
             let mut ops = vec![delete(ekey), put(dkey, drec2.encode())];
             let mut deleted = Vec::new();
             if dir_op || crec.nlink <= 1 {
@@ -559,7 +583,10 @@ impl Inner {
             let dkey = self.keys.inode(newdir);
             let ekey = self.keys.entry(newdir, newname);
             let (_, rs) = self
-                .read(dl, vec![get(ikey.clone()), get(dkey.clone()), get(ekey.clone())])
+                .read(
+                    dl,
+                    vec![get(ikey.clone()), get(dkey.clone()), get(ekey.clone())],
+                )
                 .await?;
             let (mut rec, imr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
             let (mut drec, dmr) = dir_of(&rs[1])?;
@@ -586,7 +613,11 @@ impl Inner {
                 kind: rec.kind,
                 slot,
             };
-            let cmps = vec![same(ikey.clone(), imr), same(dkey.clone(), dmr), absent(ekey.clone())];
+            let cmps = vec![
+                same(ikey.clone(), imr),
+                same(dkey.clone(), dmr),
+                absent(ekey.clone()),
+            ];
             let ops = vec![
                 put(ikey, rec.encode()),
                 put(dkey, drec.encode()),
@@ -689,7 +720,12 @@ impl Inner {
                 reads.push(get(k.inode(t.ino)));
                 reads.push(TxnOp::get(
                     k.entries(t.ino),
-                    Some(GetOptions::new().with_prefix().with_keys_only().with_limit(1)),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_keys_only()
+                            .with_limit(1),
+                    ),
                 ));
             }
             let (_, rs2) = self.read(dl, reads).await?;
@@ -960,7 +996,10 @@ impl Inner {
         loop {
             let ikey = self.keys.inode(ino);
             let (_, rs) = self
-                .read(dl, vec![get(ikey.clone()), self.chunk_range(ino, first, last)])
+                .read(
+                    dl,
+                    vec![get(ikey.clone()), self.chunk_range(ino, first, last)],
+                )
                 .await?;
             let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
             match rec.kind {
@@ -1015,7 +1054,10 @@ impl Inner {
         let (_, rs) = self
             .read(
                 dl,
-                vec![get(self.keys.inode(ino)), self.chunk_range(ino, first, last)],
+                vec![
+                    get(self.keys.inode(ino)),
+                    self.chunk_range(ino, first, last),
+                ],
             )
             .await?;
         let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
@@ -1046,10 +1088,7 @@ impl Inner {
         Ok(n)
     }
 
-    async fn readdir(
-        &self,
-        dir: Ino,
-    ) -> Result<(Ino, Vec<(u64, Ino, FileType, Vec<u8>)>)> {
+    async fn readdir(&self, dir: Ino) -> Result<(Ino, Vec<(u64, Ino, FileType, Vec<u8>)>)> {
         let dl = self.deadline();
         let (_, rs) = self
             .read(
@@ -1127,8 +1166,9 @@ impl Inner {
             let sent = self.cache.now_ns();
             let mut kv = self.client.kv_client();
             let lim = self.opts.timeout.min(every * 4);
-            let _ = tokio::time::timeout(lim, kv.put(key.clone(), sent.to_le_bytes().to_vec(), None))
-                .await;
+            let _ =
+                tokio::time::timeout(lim, kv.put(key.clone(), sent.to_le_bytes().to_vec(), None))
+                    .await;
         }
     }
 
@@ -1137,22 +1177,25 @@ impl Inner {
         let mut first = true;
         loop {
             if !first {
-                self.cache.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                self.cache
+                    .stats
+                    .watch_restarts
+                    .fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             first = false;
             let start = self.cache.watched.load(Ordering::Acquire) + 1;
             let mut wc = self.client.watch_client();
-            let opts = WatchOptions::new()
-                .with_prefix()
-                .with_start_revision(start);
-            let stream =
-                match tokio::time::timeout(self.opts.timeout, wc.watch(self.keys.watched(), Some(opts)))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    _ => continue,
-                };
+            let opts = WatchOptions::new().with_prefix().with_start_revision(start);
+            let stream = match tokio::time::timeout(
+                self.opts.timeout,
+                wc.watch(self.keys.watched(), Some(opts)),
+            )
+            .await
+            {
+                Ok(Ok(s)) => s,
+                _ => continue,
+            };
             // The sender half must stay alive, or the stream ends.
             let (_tx, mut rx) = stream.split();
             while let Ok(Some(resp)) = rx.message().await {
@@ -1225,8 +1268,11 @@ impl EtcdFs {
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
         let endpoints = spec.endpoints.clone();
-        let client = run_on(&rt, async move { Client::connect(endpoints, Some(copts)).await })
-            .map_err(|_| Errno::EIO)?;
+        let client = run_on(
+            &rt,
+            async move { Client::connect(endpoints, Some(copts)).await },
+        )
+        .map_err(|_| Errno::EIO)?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -1307,8 +1353,11 @@ impl EtcdFs {
         let mut kv = self.inner.client.kv_client();
         self.block(async move {
             let t = Instant::now();
-            match tokio::time::timeout(lim, kv.get(key, Some(GetOptions::new().with_serializable())))
-                .await
+            match tokio::time::timeout(
+                lim,
+                kv.get(key, Some(GetOptions::new().with_serializable())),
+            )
+            .await
             {
                 Ok(Ok(_)) => Ok(t.elapsed()),
                 _ => Err(Errno::EIO),
@@ -1322,7 +1371,8 @@ impl EtcdFs {
         let i = self.inner.clone();
         self.block(async move {
             let t = Instant::now();
-            i.read(i.deadline(), vec![get(i.keys.inode(ROOT_INO))]).await?;
+            i.read(i.deadline(), vec![get(i.keys.inode(ROOT_INO))])
+                .await?;
             Ok(t.elapsed())
         })
     }
@@ -1352,7 +1402,7 @@ impl Drop for EtcdFs {
         if let Some(rt) = self.rt.take() {
             // Best effort: remove this client's heartbeat and marker keys.
             let i = self.inner.clone();
-            let _ = run_on(&rt, async move {
+            run_on(&rt, async move {
                 let mut kv = i.client.kv_client();
                 let lim = Duration::from_millis(300);
                 let _ = tokio::time::timeout(lim, kv.delete(i.keys.heartbeat(&i.client_id), None))
@@ -1395,12 +1445,7 @@ impl FileSystem for EtcdFs {
         self.block(self.inner.setattr(ino, set))
     }
 
-    fn readdir(
-        &self,
-        dir: Ino,
-        offset: u64,
-        emit: &mut dyn FnMut(DirEntry) -> bool,
-    ) -> Result<()> {
+    fn readdir(&self, dir: Ino, offset: u64, emit: &mut dyn FnMut(DirEntry) -> bool) -> Result<()> {
         let (parent, entries) = self.block(self.inner.readdir(dir))?;
         let dots = [(1u64, dir, b".".to_vec()), (2, parent, b"..".to_vec())];
         for (off, ino, name) in dots {
@@ -1416,12 +1461,14 @@ impl FileSystem for EtcdFs {
             }
         }
         for (off, ino, kind, name) in entries {
-            if off > offset && !emit(DirEntry {
-                ino,
-                offset: off,
-                kind,
-                name,
-            }) {
+            if off > offset
+                && !emit(DirEntry {
+                    ino,
+                    offset: off,
+                    kind,
+                    name,
+                })
+            {
                 return Ok(());
             }
         }

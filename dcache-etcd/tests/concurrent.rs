@@ -100,7 +100,10 @@ fn racing_clients_get_posix_outcomes() {
             });
         }
     });
-    let (wa, wb) = (wins[0].load(Ordering::Relaxed), wins[1].load(Ordering::Relaxed));
+    let (wa, wb) = (
+        wins[0].load(Ordering::Relaxed),
+        wins[1].load(Ordering::Relaxed),
+    );
     println!("O_EXCL: {rounds} races, A won {wa}, B won {wb}");
     assert_eq!(wa + wb, rounds, "every race has exactly one winner");
 
@@ -108,7 +111,8 @@ fn racing_clients_get_posix_outcomes() {
     //    exactly one succeeds, the other gets ENOENT; no name is lost or
     //    doubled.
     for i in 0..50 {
-        a.create(At::Root, format!("/r{i}"), 0o644, Ctx::ROOT).unwrap();
+        a.create(At::Root, format!("/r{i}"), 0o644, Ctx::ROOT)
+            .unwrap();
     }
     let ok = [AtomicUsize::new(0), AtomicUsize::new(0)];
     std::thread::scope(|s| {
@@ -174,7 +178,9 @@ fn racing_clients_get_posix_outcomes() {
     assert_eq!(base.nlink, 41);
     assert_eq!(names, 41);
     let until = Instant::now() + Duration::from_secs(5);
-    while a.stat(At::Root, "/base").unwrap().nlink != 41 || b.stat(At::Root, "/base").unwrap().nlink != 41 {
+    while a.stat(At::Root, "/base").unwrap().nlink != 41
+        || b.stat(At::Root, "/base").unwrap().nlink != 41
+    {
         assert!(Instant::now() < until, "clients converge on nlink");
         std::thread::sleep(Duration::from_millis(1));
     }

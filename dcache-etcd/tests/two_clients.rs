@@ -19,7 +19,9 @@ fn chmod(v: &dcache::Vfs, path: &str, perm: u16) {
 }
 
 fn read_all(v: &dcache::Vfs, path: &str) -> Vec<u8> {
-    let f = v.open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT).unwrap();
+    let f = v
+        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
+        .unwrap();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096];
     loop {
@@ -57,7 +59,13 @@ fn changes_on_one_client_are_seen_by_the_other() {
     // create + write: B had the name cached as missing.
     assert_eq!(b.stat(At::Root, "/f").unwrap_err(), Errno::ENOENT);
     let f = a
-        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644, Ctx::ROOT)
+        .open(
+            At::Root,
+            "/f",
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+            Ctx::ROOT,
+        )
         .unwrap();
     assert_eq!(f.write(0, b"hello etcd").unwrap(), 10);
     drop(f);
@@ -65,7 +73,9 @@ fn changes_on_one_client_are_seen_by_the_other() {
     assert_eq!(read_all(&b, "/f"), b"hello etcd");
 
     // A write B had the size of cached.
-    let f = a.open(At::Root, "/f", libc::O_WRONLY, 0, Ctx::ROOT).unwrap();
+    let f = a
+        .open(At::Root, "/f", libc::O_WRONLY, 0, Ctx::ROOT)
+        .unwrap();
     f.write(10, b"!!").unwrap();
     drop(f);
     eventually(WAIT, || b.stat(At::Root, "/f").is_ok_and(|s| s.size == 12)).expect("write seen");
@@ -89,7 +99,8 @@ fn changes_on_one_client_are_seen_by_the_other() {
     assert_eq!(b.stat(At::Root, "/h").unwrap_err(), Errno::ENOENT);
     a.link(At::Root, "/g", At::Root, "/h").unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/h").is_ok_and(|s| s.ino == ino && s.nlink == 2)
+        b.stat(At::Root, "/h")
+            .is_ok_and(|s| s.ino == ino && s.nlink == 2)
             && b.stat(At::Root, "/g").unwrap().nlink == 2
     })
     .expect("link seen");

@@ -190,6 +190,18 @@ impl Cluster {
         }
     }
 
+    /// Send a signal (`STOP`, `CONT`) to a member.
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.members[i].child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
     /// Start a killed member again on its data directory.
     pub fn restart(&mut self, i: usize) {
         assert!(self.members[i].child.is_none());
@@ -200,6 +212,19 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
+            if self.members[i].child.is_some() {
+                let _ = Command::new("kill")
+                    .arg("-CONT")
+                    .arg(
+                        self.members[i]
+                            .child
+                            .as_ref()
+                            .map(|c| c.id())
+                            .unwrap_or(0)
+                            .to_string(),
+                    )
+                    .status();
+            }
             self.kill(i);
         }
     }
