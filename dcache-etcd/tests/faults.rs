@@ -235,3 +235,55 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
     eventually(Duration::from_secs(5), || fb.is_current()).expect("watch current again");
     println!("caught up {d:.2?} after the member resumed");
 }
+
+#[test]
+fn a_watch_behind_a_compaction_resynchronises() {
+    if !etcd_available("a_watch_behind_a_compaction_resynchronises") {
+        return;
+    }
+    let mut etcd = Cluster::start(3);
+    let spec_a = format!("{},{}/compact", etcd.endpoint(0), etcd.endpoint(2));
+    let spec_b = format!("{}/compact", etcd.endpoint(1));
+    let (_fa, a) = client(&spec_a, opts());
+    let (fb, b) = client(&spec_b, opts());
+    a.create(At::Root, "/x", 0o644, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/d", 0o755, Ctx::ROOT).unwrap();
+    eventually(Duration::from_secs(5), || {
+        b.stat(At::Root, "/x").is_ok() && b.stat(At::Root, "/d").is_ok()
+    })
+    .unwrap();
+    assert_eq!(b.stat(At::Root, "/d/new"), Err(Errno::ENOENT));
+
+    // B's only member goes away; the namespace changes and the history
+    // B's watch would resume from is compacted away.
+    etcd.kill(1);
+    let set = dcache::SetAttr {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(At::Root, "/x", &set, Ctx::ROOT).unwrap();
+    a.create(At::Root, "/d/new", 0o644, Ctx::ROOT).unwrap();
+    let ep = etcd.endpoint(0);
+    common::rt().block_on(async {
+        let mut c = etcd_client::Client::connect([ep], None).await.unwrap();
+        let rev = c.get("/", None).await.unwrap().header().unwrap().revision();
+        c.compact(
+            rev,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    });
+    etcd.restart(1);
+    let d = eventually(Duration::from_secs(20), || {
+        b.stat(At::Root, "/x").is_ok_and(|s| s.perm == 0o600) && b.stat(At::Root, "/d/new").is_ok()
+    })
+    .expect("B sees the changes made while its member was down");
+    eventually(Duration::from_secs(10), || fb.is_current()).expect("watch current again");
+    println!(
+        "caught up {d:.2?} after the restart; resyncs {}, watch restarts {}",
+        fb.stats().resyncs.load(Ordering::Relaxed),
+        fb.stats().watch_restarts.load(Ordering::Relaxed)
+    );
+    assert!(fb.stats().resyncs.load(Ordering::Relaxed) >= 1);
+}
