@@ -36,6 +36,11 @@ pub struct CacheStats {
     pub remote_revalidations: AtomicU64,
     /// Watch events applied.
     pub events: AtomicU64,
+    /// Requests that failed without an answer (member down, no leader)
+    /// and were retried.
+    pub transient_errors: AtomicU64,
+    /// Endpoints taken out of the balancer because they did not answer.
+    pub endpoints_removed: AtomicU64,
     /// Times the watch had to be re-established.
     pub watch_restarts: AtomicU64,
     /// Times the watch fell behind a compaction (everything revalidated).

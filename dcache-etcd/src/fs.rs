@@ -209,6 +209,10 @@ impl Inner {
     /// After a transient failure: retry at once (the balancer likely
     /// picks another member), then back off to at most 50 ms.
     async fn transient_pause(&self, attempt: u32) {
+        self.cache
+            .stats
+            .transient_errors
+            .fetch_add(1, Ordering::Relaxed);
         if attempt > 1 {
             let ms = (1u64 << attempt.min(6)).min(50);
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -1227,6 +1231,59 @@ impl Inner {
         }
     }
 
+    /// Endpoint failover: probe every member (a status request, so a
+    /// frozen member counts as down too) and take the ones that do not
+    /// answer out of the client's balancer, so requests stop being sent
+    /// there; put them back when they answer again. At least one endpoint
+    /// always stays in.
+    async fn health_loop(self: Arc<Inner>, endpoints: Vec<String>) {
+        if endpoints.len() < 2 {
+            return;
+        }
+        let probe_every = Duration::from_millis(250);
+        let probe_limit = Duration::from_millis(400);
+        let mut probes: Vec<Option<Client>> = vec![None; endpoints.len()];
+        let mut out = vec![false; endpoints.len()];
+        loop {
+            tokio::time::sleep(probe_every).await;
+            for (i, ep) in endpoints.iter().enumerate() {
+                if probes[i].is_none() {
+                    let opts = ConnectOptions::new().with_connect_timeout(probe_limit);
+                    if let Ok(Ok(c)) = tokio::time::timeout(
+                        probe_limit,
+                        Client::connect([ep.as_str()], Some(opts)),
+                    )
+                    .await
+                    {
+                        probes[i] = Some(c);
+                    }
+                }
+                let up = match &mut probes[i] {
+                    Some(c) => matches!(
+                        tokio::time::timeout(probe_limit, c.status()).await,
+                        Ok(Ok(_))
+                    ),
+                    None => false,
+                };
+                if !up {
+                    probes[i] = None;
+                }
+                let n_out = out.iter().filter(|&&o| o).count();
+                if !up && !out[i] && n_out + 1 < endpoints.len() {
+                    if self.client.remove_endpoint(ep.as_str()).await.is_ok() {
+                        out[i] = true;
+                        self.cache
+                            .stats
+                            .endpoints_removed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if up && out[i] && self.client.add_endpoint(ep.as_str()).await.is_ok() {
+                    out[i] = false;
+                }
+            }
+        }
+    }
+
     /// After a compaction gap: forget what the watch can no longer bring
     /// up to date, and resume from the current revision.
     async fn resync(&self) {
@@ -1296,6 +1353,7 @@ impl EtcdFs {
         inner.cache.watched.store(start, Ordering::Release);
         rt.spawn(inner.clone().watch_loop());
         rt.spawn(inner.clone().heartbeat_loop());
+        rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
         let fs = EtcdFs {
             inner,
             rt: Some(rt),

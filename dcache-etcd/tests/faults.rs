@@ -31,7 +31,7 @@ fn survive(kill_leader: bool) {
     let what = if kill_leader { "leader" } else { "follower" };
     let mut etcd = Cluster::start(3);
     let spec = etcd.spec("/faults");
-    let (_fa, a) = client(&spec, opts());
+    let (fa, a) = client(&spec, opts());
     let (_fb, b) = client(&spec, opts());
     a.mkdir(At::Root, "/w", 0o755, Ctx::ROOT).unwrap();
 
@@ -95,7 +95,11 @@ fn survive(kill_leader: bool) {
         victim = Some(v);
         let t = Instant::now();
         let (r, e) = w.join().unwrap();
-        println!("workload after the kill: {:.2?}", t.elapsed());
+        println!(
+            "workload after the kill: {:.2?}, {} requests retried",
+            t.elapsed(),
+            fa.stats().transient_errors.load(Ordering::Relaxed)
+        );
         acks = r;
         eio = e;
     });
