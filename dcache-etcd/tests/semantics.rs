@@ -118,7 +118,7 @@ fn posix_answers() {
     assert_eq!(r, b"ab\0\0\0\0\0\0\0\0\0\0\0".to_vec());
 
     // A write over 1 MiB is short (one transaction); the rest follows.
-    let big: Vec<u8> = (0..(1_500_000u32)).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
     let n = write(&a, "/big", 0, &big).unwrap();
     assert_eq!(n, dcache_etcd::codec::MAX_IO);
     assert_eq!(
