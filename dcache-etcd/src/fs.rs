@@ -1654,6 +1654,9 @@ impl FileSystem for EtcdFs {
         cookie: u64,
         rcu: bool,
     ) -> Validity {
+        // The rcu case reads two atomics, the clock and a lock-free map
+        // (papaya; its guard registers a thread with the collector once,
+        // on the thread's first use), and never blocks.
         let c = &self.inner.cache;
         let cookie = cookie.min(i64::MAX as u64) as i64;
         if cookie < c.floor.load(Ordering::Acquire) {
