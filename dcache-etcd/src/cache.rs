@@ -1,0 +1,285 @@
+//! What one client remembers between round trips: the revision each inode
+//! was last seen changing at (advanced by the watch), a mirror of the inode
+//! records it has read, and how current the watch is known to be.
+//!
+//! Readers (`revalidate`, `getattr`) use no lock: two lock-free maps and a
+//! few atomics. Writers (the watch task, and operations recording what they
+//! read or committed) serialise on one mutex, so an operation's record and
+//! the watch's events cannot overwrite each other out of revision order.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use dcache::{Attr, Ino};
+
+use crate::codec::Rec;
+
+/// A record as this client last saw it.
+pub(crate) struct Cached {
+    pub rec: Rec,
+    pub mod_rev: i64,
+    /// Kept current by the watch: may answer without a round trip. A
+    /// record read when the watch had already gone past it is kept only
+    /// as the last known state (for a deleted inode's last attributes).
+    pub live: bool,
+}
+
+/// Counters for tests and diagnostics (relaxed sums).
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// `getattr` answered from the mirror.
+    pub attr_hits: AtomicU64,
+    /// `getattr` that asked etcd.
+    pub attr_misses: AtomicU64,
+    /// `revalidate` that had to ask etcd (watch not current).
+    pub remote_revalidations: AtomicU64,
+    /// Watch events applied.
+    pub events: AtomicU64,
+    /// Requests that failed without an answer (member down, no leader)
+    /// and were retried.
+    pub transient_errors: AtomicU64,
+    /// Endpoints taken out of the balancer because they did not answer.
+    pub endpoints_removed: AtomicU64,
+    /// Times the watch had to be re-established.
+    pub watch_restarts: AtomicU64,
+    /// Times the watch fell behind a compaction (everything revalidated).
+    pub resyncs: AtomicU64,
+}
+
+pub(crate) struct Cache {
+    epoch: Instant,
+    bound_ns: u64,
+    /// ino -> the highest revision at which this client saw its record
+    /// change (put or delete). A directory's entries change only together
+    /// with its record, so this is also the directory's revision.
+    ino_rev: papaya::HashMap<Ino, i64>,
+    recs: papaya::HashMap<Ino, Cached>,
+    write: Mutex<()>,
+    /// Every watch event up to this revision has been applied.
+    pub watched: AtomicI64,
+    /// The highest revision a (linearizable) response carried.
+    last_read: AtomicI64,
+    /// Cached entries whose cookie is below this were recorded before a
+    /// gap in the watch and must be looked up again.
+    pub floor: AtomicI64,
+    /// `now_ns()` at which the latest heartbeat seen on the watch was
+    /// sent: every change committed before then has been applied. 0: never.
+    synced_at: AtomicU64,
+    pub stats: CacheStats,
+}
+
+impl Cache {
+    pub fn new(bound: Duration) -> Cache {
+        Cache {
+            epoch: Instant::now(),
+            bound_ns: bound.as_nanos().min(u64::MAX as u128) as u64,
+            ino_rev: papaya::HashMap::new(),
+            recs: papaya::HashMap::new(),
+            write: Mutex::new(()),
+            watched: AtomicI64::new(0),
+            last_read: AtomicI64::new(0),
+            floor: AtomicI64::new(0),
+            synced_at: AtomicU64::new(0),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Nanoseconds on this client's clock (never 0).
+    pub fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64 + 1
+    }
+
+    /// Whether the watch is known to have delivered everything committed
+    /// up to at most the staleness bound ago.
+    #[inline]
+    pub fn fresh(&self) -> bool {
+        // Acquire: pairs with the Release in `synced`, so the events
+        // applied before the heartbeat are visible.
+        let s = self.synced_at.load(Ordering::Acquire);
+        s != 0 && self.now_ns().saturating_sub(s) <= self.bound_ns
+    }
+
+    /// How long ago the watch was last known current (`None`: never).
+    pub fn lag(&self) -> Option<Duration> {
+        let s = self.synced_at.load(Ordering::Acquire);
+        (s != 0).then(|| Duration::from_nanos(self.now_ns().saturating_sub(s)))
+    }
+
+    /// The cookie for a lookup about to be made: a lookup made after now
+    /// reads at a revision at least this (linearizable reads), so what it
+    /// finds reflects every change up to it.
+    pub fn cookie(&self) -> u64 {
+        let w = self.watched.load(Ordering::Acquire);
+        let r = self.last_read.load(Ordering::Acquire);
+        w.max(r).max(0) as u64
+    }
+
+    pub fn note_read(&self, rev: i64) {
+        self.last_read.fetch_max(rev, Ordering::AcqRel);
+    }
+
+    /// The revision `ino` was last seen changing at (0: not since this
+    /// client started watching).
+    #[inline]
+    pub fn ino_rev(&self, ino: Ino) -> i64 {
+        self.ino_rev.pin().get(&ino).copied().unwrap_or(0)
+    }
+
+    /// The record of `ino`, if mirrored and the watch is current.
+    pub fn attr(&self, ino: Ino) -> Option<Attr> {
+        if !self.fresh() {
+            return None;
+        }
+        let m = self.recs.pin();
+        let a = m.get(&ino).filter(|c| c.live).map(|c| c.rec.attr(ino));
+        drop(m);
+        if a.is_some() && self.fresh() {
+            self.stats.attr_hits.fetch_add(1, Ordering::Relaxed);
+            return a;
+        }
+        None
+    }
+
+    /// The record of `ino` (a symlink's target), if mirrored and current.
+    pub fn rec(&self, ino: Ino) -> Option<Rec> {
+        if !self.fresh() {
+            return None;
+        }
+        self.recs
+            .pin()
+            .get(&ino)
+            .filter(|c| c.live)
+            .map(|c| c.rec.clone())
+    }
+
+    /// The last attributes this client knew for `ino`, with `nlink` 0:
+    /// what `stat` of a name being removed concurrently may report (as
+    /// Linux's can), instead of ENOENT for a dentry the caller holds.
+    pub fn last_known(&self, ino: Ino) -> Option<Attr> {
+        self.recs.pin().get(&ino).map(|c| {
+            let mut a = c.rec.attr(ino);
+            a.nlink = 0;
+            a
+        })
+    }
+
+    /// Record what a response at revision `read_rev` said about `ino`
+    /// (`None`: it does not exist). Skipped when the watch has already
+    /// gone past `read_rev`, since an event in between may be newer.
+    pub fn record(&self, ino: Ino, rec: Option<(&Rec, i64)>, read_rev: i64) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        // Once the watch has gone past `read_rev`, an event in between may
+        // be newer than what was read: keep it, but not as live.
+        let live = read_rev >= self.watched.load(Ordering::Acquire);
+        let m = self.recs.pin();
+        let cur = m.get(&ino);
+        match rec {
+            Some((r, mod_rev)) => {
+                if cur.is_some_and(|c| c.mod_rev > mod_rev || (c.live && !live)) {
+                    return;
+                }
+                m.insert(
+                    ino,
+                    Cached {
+                        rec: r.clone(),
+                        mod_rev,
+                        live,
+                    },
+                );
+            }
+            None => {
+                if let Some(c) = cur {
+                    if c.mod_rev < read_rev {
+                        let mut rec = c.rec.clone();
+                        rec.nlink = 0;
+                        m.insert(
+                            ino,
+                            Cached {
+                                rec,
+                                mod_rev: read_rev,
+                                live,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// One watch event on an inode record, at revision `rev`.
+    pub fn event(&self, ino: Ino, rec: Option<Rec>, rev: i64) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let revs = self.ino_rev.pin();
+        if revs.get(&ino).is_none_or(|&r| r < rev) {
+            revs.insert(ino, rev);
+        }
+        let m = self.recs.pin();
+        if let Some(c) = m.get(&ino) {
+            if c.mod_rev < rev {
+                let rec = match rec {
+                    Some(r) => r,
+                    None => {
+                        // Deleted: keep the last attributes, nlink 0.
+                        let mut r = c.rec.clone();
+                        r.nlink = 0;
+                        r
+                    }
+                };
+                let live = c.live;
+                m.insert(
+                    ino,
+                    Cached {
+                        rec,
+                        mod_rev: rev,
+                        live,
+                    },
+                );
+            }
+        }
+        self.watched.fetch_max(rev, Ordering::AcqRel);
+        self.stats.events.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Any other watch event (a heartbeat) at `rev`.
+    pub fn passed(&self, rev: i64) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.watched.fetch_max(rev, Ordering::AcqRel);
+    }
+
+    /// This client's own heartbeat, sent at `sent_ns`, came through.
+    pub fn synced(&self, sent_ns: u64) {
+        // Release: the events applied before it are published with it.
+        self.synced_at.fetch_max(sent_ns, Ordering::Release);
+    }
+
+    /// The watch missed events (compaction): everything cached before
+    /// `rev` must be looked up again; the watch resumes after `rev`.
+    pub fn reset(&self, rev: i64) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.floor.fetch_max(rev, Ordering::AcqRel);
+        let m = self.recs.pin();
+        let stale: Vec<(Ino, Rec, i64)> = m
+            .iter()
+            .map(|(k, c)| (*k, c.rec.clone(), c.mod_rev))
+            .collect();
+        for (ino, rec, mod_rev) in stale {
+            m.insert(
+                ino,
+                Cached {
+                    rec,
+                    mod_rev,
+                    live: false,
+                },
+            );
+        }
+        self.watched.store(rev, Ordering::Release);
+        self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The dcache dropped its inode: stop mirroring it.
+    pub fn forget(&self, ino: Ino) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.recs.pin().remove(&ino);
+    }
+}

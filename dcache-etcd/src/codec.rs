@@ -1,0 +1,349 @@
+//! The layout of a namespace in etcd: keys and record encodings.
+//!
+//! Under a prefix `P` (default `/dcache`):
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]) |
+//! | `P/w/h/<client id>` | a client's heartbeat (nanoseconds on its own clock) |
+//! | `P/d/<dir:16 hex>/<name>` | a directory entry ([`Entry`]) |
+//! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
+//! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data |
+//! | `P/n` | the next free inode number (8 bytes LE) |
+//! | `P/o/<client id>` | the id of that client's last committed transaction |
+//!
+//! Only `P/w/` is watched: inode records (whose mod_revision is the
+//! revision a cached entry of that directory is validated against) and the
+//! heartbeats that measure how current the watch is.
+
+use dcache::{Attr, Errno, FileType, Ino, Result, Timespec};
+
+/// Bytes of file data per key.
+pub const CHUNK: u64 = 64 * 1024;
+/// The most one write or read moves in one call (one transaction; etcd's
+/// default `--max-request-bytes` is 1.5 MiB). A longer call is short.
+pub const MAX_IO: usize = 1024 * 1024;
+/// The largest file: half of etcd's default 2 GiB backend quota.
+pub const MAX_FILE: u64 = 1 << 30;
+/// The most links to one inode.
+pub const LINK_MAX: u32 = 65_000;
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 1;
+
+/// Key builder for one prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub prefix: Vec<u8>,
+}
+
+fn hex16(n: u64) -> String {
+    format!("{n:016x}")
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.as_bytes().to_vec(),
+        }
+    }
+
+    fn k(&self, parts: &[&[u8]]) -> Vec<u8> {
+        let mut v = self.prefix.clone();
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+
+    /// Everything that is watched.
+    pub fn watched(&self) -> Vec<u8> {
+        self.k(&[b"/w/"])
+    }
+    pub fn inode_prefix(&self) -> Vec<u8> {
+        self.k(&[b"/w/i/"])
+    }
+    pub fn inode(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/w/i/", hex16(ino).as_bytes()])
+    }
+    pub fn heartbeat(&self, client: &str) -> Vec<u8> {
+        self.k(&[b"/w/h/", client.as_bytes()])
+    }
+    /// The inode number of an inode key, `None` for any other key.
+    pub fn parse_inode(&self, key: &[u8]) -> Option<Ino> {
+        let p = self.inode_prefix();
+        let rest = key.strip_prefix(p.as_slice())?;
+        if rest.len() != 16 {
+            return None;
+        }
+        u64::from_str_radix(std::str::from_utf8(rest).ok()?, 16).ok()
+    }
+    pub fn entry(&self, dir: Ino, name: &[u8]) -> Vec<u8> {
+        self.k(&[b"/d/", hex16(dir).as_bytes(), b"/", name])
+    }
+    /// The prefix of all of `dir`'s entries.
+    pub fn entries(&self, dir: Ino) -> Vec<u8> {
+        self.k(&[b"/d/", hex16(dir).as_bytes(), b"/"])
+    }
+    pub fn parent(&self, dir: Ino) -> Vec<u8> {
+        self.k(&[b"/p/", hex16(dir).as_bytes()])
+    }
+    pub fn chunk(&self, ino: Ino, idx: u64) -> Vec<u8> {
+        self.k(&[
+            b"/c/",
+            hex16(ino).as_bytes(),
+            b"/",
+            format!("{idx:08x}").as_bytes(),
+        ])
+    }
+    /// The prefix of all of `ino`'s data chunks.
+    pub fn chunks(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/c/", hex16(ino).as_bytes(), b"/"])
+    }
+    pub fn next_ino(&self) -> Vec<u8> {
+        self.k(&[b"/n"])
+    }
+    pub fn op_marker(&self, client: &str) -> Vec<u8> {
+        self.k(&[b"/o/", client.as_bytes()])
+    }
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's
+/// `clientv3.GetPrefixRangeEnd`).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// An inode as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub kind: FileType,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Directories: the slot the next entry gets (its readdir cookie).
+    pub next_slot: u64,
+    /// Symlinks: the target.
+    pub target: Vec<u8>,
+}
+
+const REC_VERSION: u8 = 1;
+const REC_FIXED: usize = 1 + 1 + 2 + 4 * 4 + 8 + 12 * 3 + 8;
+
+fn put_ts(v: &mut Vec<u8>, t: Timespec) {
+    v.extend_from_slice(&t.sec.to_le_bytes());
+    v.extend_from_slice(&t.nsec.to_le_bytes());
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        if self.0.len() < N {
+            return Err(Errno::EIO);
+        }
+        let (a, b) = self.0.split_at(N);
+        self.0 = b;
+        a.try_into().map_err(|_| Errno::EIO)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn ts(&mut self) -> Result<Timespec> {
+        let sec = i64::from_le_bytes(self.take()?);
+        let nsec = self.u32()?;
+        Ok(Timespec { sec, nsec })
+    }
+}
+
+fn kind_code(k: FileType) -> u8 {
+    match k {
+        FileType::Regular => 1,
+        FileType::Directory => 2,
+        FileType::Symlink => 3,
+        FileType::CharDevice => 4,
+        FileType::BlockDevice => 5,
+        FileType::Fifo => 6,
+        FileType::Socket => 7,
+    }
+}
+
+fn kind_of(c: u8) -> Result<FileType> {
+    Ok(match c {
+        1 => FileType::Regular,
+        2 => FileType::Directory,
+        3 => FileType::Symlink,
+        4 => FileType::CharDevice,
+        5 => FileType::BlockDevice,
+        6 => FileType::Fifo,
+        7 => FileType::Socket,
+        _ => return Err(Errno::EIO),
+    })
+}
+
+impl Rec {
+    pub fn new(kind: FileType, perm: u16, uid: u32, gid: u32) -> Rec {
+        let now = Timespec::now();
+        Rec {
+            kind,
+            perm: perm & 0o7777,
+            uid,
+            gid,
+            rdev: 0,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            next_slot: 0,
+            target: Vec::new(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(REC_FIXED + self.target.len());
+        v.push(REC_VERSION);
+        v.push(kind_code(self.kind));
+        v.extend_from_slice(&self.perm.to_le_bytes());
+        v.extend_from_slice(&self.uid.to_le_bytes());
+        v.extend_from_slice(&self.gid.to_le_bytes());
+        v.extend_from_slice(&self.rdev.to_le_bytes());
+        v.extend_from_slice(&self.nlink.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        put_ts(&mut v, self.atime);
+        put_ts(&mut v, self.mtime);
+        put_ts(&mut v, self.ctime);
+        v.extend_from_slice(&self.next_slot.to_le_bytes());
+        v.extend_from_slice(&self.target);
+        v
+    }
+
+    /// EIO for a record this version cannot read.
+    pub fn decode(b: &[u8]) -> Result<Rec> {
+        let mut r = Reader(b);
+        if r.u8()? != REC_VERSION {
+            return Err(Errno::EIO);
+        }
+        Ok(Rec {
+            kind: kind_of(r.u8()?)?,
+            perm: r.u16()? & 0o7777,
+            uid: r.u32()?,
+            gid: r.u32()?,
+            rdev: r.u32()?,
+            nlink: r.u32()?,
+            size: r.u64()?,
+            atime: r.ts()?,
+            mtime: r.ts()?,
+            ctime: r.ts()?,
+            next_slot: r.u64()?,
+            target: r.0.to_vec(),
+        })
+    }
+
+    pub fn attr(&self, ino: Ino) -> Attr {
+        Attr {
+            ino,
+            size: self.size,
+            blocks: self.size.div_ceil(512),
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            kind: self.kind,
+            perm: self.perm,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            blksize: CHUNK as u32,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == FileType::Directory
+    }
+}
+
+/// A directory entry as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub ino: Ino,
+    pub kind: FileType,
+    /// Its position in readdir order (cookie `slot + 3`).
+    pub slot: u64,
+}
+
+impl Entry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(17);
+        v.extend_from_slice(&self.ino.to_le_bytes());
+        v.push(kind_code(self.kind));
+        v.extend_from_slice(&self.slot.to_le_bytes());
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Entry> {
+        let mut r = Reader(b);
+        Ok(Entry {
+            ino: r.u64()?,
+            kind: kind_of(r.u8()?)?,
+            slot: r.u64()?,
+        })
+    }
+}
+
+/// An 8-byte little-endian number (the inode counter, a parent pointer).
+pub fn decode_u64(b: &[u8]) -> Result<u64> {
+    Reader(b).u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let mut r = Rec::new(FileType::Symlink, 0o777, 5, 6);
+        r.target = b"some/where".to_vec();
+        r.size = 10;
+        assert_eq!(Rec::decode(&r.encode()).unwrap(), r);
+        let e = Entry {
+            ino: 77,
+            kind: FileType::Directory,
+            slot: 3,
+        };
+        assert_eq!(Entry::decode(&e.encode()).unwrap(), e);
+        assert_eq!(Rec::decode(b"\x01\x02"), Err(Errno::EIO));
+        assert_eq!(Entry::decode(b""), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn keys() {
+        let k = Keys::new("/x");
+        assert_eq!(k.inode(1), b"/x/w/i/0000000000000001".to_vec());
+        assert_eq!(k.parse_inode(&k.inode(0xabc)), Some(0xabc));
+        assert_eq!(k.parse_inode(&k.heartbeat("c1")), None);
+        assert_eq!(prefix_end(b"/x/d/"), b"/x/d0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+    }
+}

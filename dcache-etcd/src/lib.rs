@@ -1,0 +1,36 @@
+//! dcache over etcd: one namespace, cached coherently by every client.
+//!
+//! [`EtcdFs`] is a [`dcache::FileSystem`] that keeps inodes, directory
+//! entries and file data in etcd (v3 API) under a key prefix. Any number
+//! of clients, each with its own [`dcache::Vfs`], share the namespace:
+//!
+//! - every change is one etcd transaction guarded by compares, retried on
+//!   conflict, so racing clients get the outcomes one machine would give
+//!   (one `O_EXCL` create wins, rename is atomic, link counts are exact);
+//! - every cached dentry carries the revision its lookup was made at; it is
+//!   used while its directory's record has not changed since, as told by
+//!   one watch on the prefix, with no round trip;
+//! - the watch is trusted only while it is known current to within
+//!   [`Options::staleness`] (a heartbeat key each client writes and sees
+//!   come back through its own watch); past that, every use is revalidated
+//!   against etcd;
+//! - a request that gets no answer from a quorum within
+//!   [`Options::timeout`] returns EIO.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! let fs = dcache_etcd::EtcdFs::connect("http://127.0.0.1:2379/myfs").unwrap();
+//! let vfs = dcache::Vfs::new(Arc::new(fs)).unwrap();
+//! vfs.mkdir(dcache::At::Root, "shared", 0o755, dcache::Ctx::ROOT).unwrap();
+//! ```
+
+#![deny(unsafe_code)]
+
+mod cache;
+pub mod codec;
+mod fs;
+pub mod spec;
+
+pub use cache::CacheStats;
+pub use fs::{EtcdFs, DEFAULT_QUOTA};
+pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};

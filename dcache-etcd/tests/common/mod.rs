@@ -1,0 +1,268 @@
+//! Test etcd clusters: members on 127.0.0.1 only, free ports, their own
+//! temporary data directories, killed when the `Cluster` drops.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dcache::Vfs;
+use dcache_etcd::{EtcdFs, Options};
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub data: PathBuf,
+    pub child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub members: Vec<Member>,
+    initial: String,
+    dir: tempfile::TempDir,
+}
+
+/// Whether the `etcd` binary can be run. When it cannot, a test prints a
+/// SKIPPED line and returns; under CI (`CI` set) it fails instead, since
+/// CI installs etcd.
+pub fn etcd_available(test: &str) -> bool {
+    let ok = Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: the etcd binary is missing (apt-get install etcd-server etcd-client)");
+        }
+        println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server etcd-client)");
+    }
+    ok
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    ls.iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
+}
+
+impl Cluster {
+    /// Start `n` members and wait until the cluster answers.
+    pub fn start(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ports = free_ports(2 * n);
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                data: dir.path().join(format!("m{i}")),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = Cluster {
+            members,
+            initial,
+            dir,
+        };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_ready(Duration::from_secs(30));
+        c
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let log = std::fs::File::create(self.dir.path().join(format!("m{i}.log"))).expect("log");
+        let m = &mut self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(&m.data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "dcache-etcd-test"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn etcd");
+        m.child = Some(child);
+    }
+
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// `ep1,ep2,.../prefix` for all members.
+    pub fn spec(&self, prefix: &str) -> String {
+        let eps: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
+        format!("{}{}", eps.join(","), prefix)
+    }
+
+    /// Block until a write through some member succeeds.
+    pub fn wait_ready(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        let rt = rt();
+        let eps: Vec<String> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .map(|i| self.endpoint(i))
+            .collect();
+        loop {
+            let ok = rt.block_on(async {
+                let c = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    etcd_client::Client::connect(eps.clone(), None),
+                )
+                .await;
+                let Ok(Ok(mut c)) = c else { return false };
+                matches!(
+                    tokio::time::timeout(Duration::from_secs(2), c.put("/ready", "1", None)).await,
+                    Ok(Ok(_))
+                )
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < until, "etcd cluster did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The index of the current leader, asked of the live members.
+    pub fn leader(&self) -> Option<usize> {
+        let rt = rt();
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                continue;
+            }
+            let ep = self.endpoint(i);
+            let r = rt.block_on(async {
+                let mut c = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    etcd_client::Client::connect([ep], None),
+                )
+                .await
+                .ok()?
+                .ok()?;
+                let s = tokio::time::timeout(Duration::from_secs(2), c.status())
+                    .await
+                    .ok()?
+                    .ok()?;
+                Some((s.header()?.member_id(), s.leader()))
+            });
+            if let Some((me, leader)) = r {
+                if leader == 0 {
+                    continue;
+                }
+                if me == leader {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Send a signal (`STOP`, `CONT`) to a member.
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.members[i].child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
+    /// Start a killed member again on its data directory.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].child.is_none());
+        self.spawn(i);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_some() {
+                let _ = Command::new("kill")
+                    .arg("-CONT")
+                    .arg(
+                        self.members[i]
+                            .child
+                            .as_ref()
+                            .map(|c| c.id())
+                            .unwrap_or(0)
+                            .to_string(),
+                    )
+                    .status();
+            }
+            self.kill(i);
+        }
+    }
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A client `Vfs` on `spec`.
+pub fn client(spec: &str, opts: Options) -> (Arc<EtcdFs>, Vfs) {
+    let fs = Arc::new(EtcdFs::connect_with(spec, opts).expect("connect"));
+    let vfs = Vfs::new(fs.clone()).expect("vfs");
+    (fs, vfs)
+}
+
+/// Wait until `f` holds (polling), up to `limit`; returns the time taken.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Some(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The p-th percentile (0..=100) of sorted durations.
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() - 1) as f64 * p / 100.0).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}

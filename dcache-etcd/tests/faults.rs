@@ -1,0 +1,293 @@
+//! A 3-member etcd cluster loses its leader (and, separately, a follower)
+//! in the middle of a create/rename workload: every acknowledged operation
+//! is there afterwards, link counts balance, and the clients keep working.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{client, etcd_available, eventually, Cluster};
+use dcache::{At, Ctx, Errno, RenameFlags};
+use dcache_etcd::Options;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ack {
+    Done,
+    /// EIO: the outcome is unknown (no quorum answered in time).
+    Unknown,
+    NotTried,
+}
+
+fn opts() -> Options {
+    Options {
+        staleness: Duration::from_millis(500),
+        timeout: Duration::from_secs(4),
+        heartbeat: None,
+    }
+}
+
+fn survive(kill_leader: bool) {
+    let what = if kill_leader { "leader" } else { "follower" };
+    let mut etcd = Cluster::start(3);
+    let spec = etcd.spec("/faults");
+    let (fa, a) = client(&spec, opts());
+    let (_fb, b) = client(&spec, opts());
+    a.mkdir(At::Root, "/w", 0o755, Ctx::ROOT).unwrap();
+
+    const N: usize = 300;
+    let killed = AtomicBool::new(false);
+    let after_kill = AtomicUsize::new(0);
+    let started = AtomicUsize::new(0);
+    let mut acks = vec![(Ack::NotTried, Ack::NotTried); N];
+    let mut victim = None;
+    let mut eio = 0;
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let mut acks = vec![(Ack::NotTried, Ack::NotTried); N];
+            let mut eio = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            for (i, ack) in acks.iter_mut().enumerate() {
+                if Instant::now() > deadline {
+                    break;
+                }
+                started.store(i, Ordering::Relaxed);
+                let f = format!("/w/f{i}");
+                let g = format!("/w/g{i}");
+                let k = killed.load(Ordering::Relaxed);
+                ack.0 = match a.create(At::Root, &f, 0o644, Ctx::ROOT) {
+                    Ok(_) => Ack::Done,
+                    Err(Errno::EIO) => {
+                        eio += 1;
+                        Ack::Unknown
+                    }
+                    Err(e) => panic!("create {f}: {e:?}"),
+                };
+                if ack.0 == Ack::Unknown {
+                    continue;
+                }
+                ack.1 = match a.rename(At::Root, &f, At::Root, &g, RenameFlags::NONE) {
+                    Ok(()) => Ack::Done,
+                    Err(Errno::EIO) => {
+                        eio += 1;
+                        Ack::Unknown
+                    }
+                    Err(e) => panic!("rename {f}: {e:?}"),
+                };
+                if k && ack.1 == Ack::Done {
+                    after_kill.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            (acks, eio)
+        });
+        // Let the workload run, then kill a member mid-way.
+        while started.load(Ordering::Relaxed) < N / 3 && !w.is_finished() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let leader = etcd.leader().expect("a leader");
+        let v = if kill_leader {
+            leader
+        } else {
+            (leader + 1) % 3
+        };
+        etcd.kill(v);
+        killed.store(true, Ordering::Relaxed);
+        victim = Some(v);
+        let t = Instant::now();
+        let (r, e) = w.join().unwrap();
+        println!(
+            "workload after the kill: {:.2?}, {} requests retried",
+            t.elapsed(),
+            fa.stats().transient_errors.load(Ordering::Relaxed)
+        );
+        acks = r;
+        eio = e;
+    });
+    let victim = victim.unwrap();
+    let done = acks.iter().filter(|a| a.1 == Ack::Done).count();
+    println!(
+        "killed the {what} (member {victim}): {done}/{N} create+rename acknowledged, \
+         {} after the kill, {eio} EIO",
+        after_kill.load(Ordering::Relaxed)
+    );
+    assert!(
+        after_kill.load(Ordering::Relaxed) >= 20,
+        "the client kept working after the {what} died"
+    );
+
+    // A fresh client, cold cache, through the surviving members.
+    let (_fc, c) = client(&spec, opts());
+    let w = c.stat(At::Root, "/w").unwrap();
+    assert_eq!(w.nlink, 2);
+    let mut names = std::collections::HashSet::new();
+    c.readdir(At::Root, "/w", 0, &mut |e| {
+        if e.name != b"." && e.name != b".." {
+            names.insert(String::from_utf8(e.name).unwrap());
+        }
+        true
+    })
+    .unwrap();
+    for (i, (cr, rn)) in acks.iter().enumerate() {
+        let f = format!("f{i}");
+        let g = format!("g{i}");
+        let (hf, hg) = (names.contains(&f), names.contains(&g));
+        match (cr, rn) {
+            (Ack::Done, Ack::Done) => assert!(hg && !hf, "{i}: acknowledged rename lost"),
+            (Ack::Done, Ack::Unknown) => assert!(hf ^ hg, "{i}: half a rename"),
+            (Ack::Unknown, _) => assert!(!(hf && hg), "{i}: two names"),
+            (Ack::NotTried, _) => assert!(!hf && !hg),
+            (Ack::Done, Ack::NotTried) => unreachable!(),
+        }
+        for n in [&f, &g] {
+            if names.contains(n) {
+                let st = c.stat(At::Root, format!("/w/{n}")).unwrap();
+                assert_eq!(st.nlink, 1, "{n}");
+            }
+        }
+    }
+    // The other client, whose watch had to move to a surviving member,
+    // converges on the same namespace.
+    let last_g = (0..N).rev().find(|&i| acks[i].1 == Ack::Done).unwrap();
+    eventually(Duration::from_secs(10), || {
+        b.stat(At::Root, format!("/w/g{last_g}")).is_ok()
+    })
+    .expect("client B sees the last acknowledged rename");
+
+    // The member comes back and catches up; clients still work.
+    etcd.restart(victim);
+    a.create(At::Root, "/after", 0o644, Ctx::ROOT).unwrap();
+    eventually(Duration::from_secs(10), || {
+        b.stat(At::Root, "/after").is_ok()
+    })
+    .expect("B sees a create after the restart");
+}
+
+#[test]
+fn leader_killed_during_workload() {
+    if !etcd_available("leader_killed_during_workload") {
+        return;
+    }
+    survive(true);
+}
+
+#[test]
+fn follower_killed_during_workload() {
+    if !etcd_available("follower_killed_during_workload") {
+        return;
+    }
+    survive(false);
+}
+
+#[test]
+fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
+    if !etcd_available("a_cut_off_client_never_serves_answers_older_than_the_bound") {
+        return;
+    }
+    let etcd = Cluster::start(3);
+    // A reaches members 0 and 2; B only member 1, which is then frozen.
+    let spec_a = format!("{},{}/stale", etcd.endpoint(0), etcd.endpoint(2));
+    let spec_b = format!("{}/stale", etcd.endpoint(1));
+    let bound = Duration::from_millis(300);
+    let (_fa, a) = client(&spec_a, opts());
+    let (fb, b) = client(
+        &spec_b,
+        Options {
+            staleness: bound,
+            timeout: Duration::from_secs(1),
+            heartbeat: None,
+        },
+    );
+    a.create(At::Root, "/x", 0o644, Ctx::ROOT).unwrap();
+    eventually(Duration::from_secs(5), || b.stat(At::Root, "/x").is_ok()).unwrap();
+    assert_eq!(b.stat(At::Root, "/y"), Err(Errno::ENOENT));
+
+    etcd.signal(1, "STOP");
+    let frozen = Instant::now();
+    // Within the bound B still answers from its cache, without a round
+    // trip (its member could not answer one).
+    let t = Instant::now();
+    let cached = b.stat(At::Root, "/x");
+    if frozen.elapsed() < bound {
+        assert_eq!(cached.unwrap().perm, 0o644);
+        assert!(t.elapsed() < Duration::from_millis(100));
+    }
+    // A changes the namespace through the majority.
+    let set = dcache::SetAttr {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(At::Root, "/x", &set, Ctx::ROOT).unwrap();
+    a.create(At::Root, "/y", 0o644, Ctx::ROOT).unwrap();
+    std::thread::sleep(bound + Duration::from_millis(100));
+    assert!(!fb.is_current());
+    // Past the bound B must ask, cannot get an answer, and says EIO:
+    // never the old mode, never ENOENT for /y.
+    let t = Instant::now();
+    assert_eq!(b.stat(At::Root, "/x"), Err(Errno::EIO));
+    assert_eq!(b.stat(At::Root, "/y"), Err(Errno::EIO));
+    println!(
+        "cut off: EIO after {:.2?} (timeout 1 s per request)",
+        t.elapsed() / 2
+    );
+    assert!(fb.stats().remote_revalidations.load(Ordering::Relaxed) > 0);
+
+    etcd.signal(1, "CONT");
+    let d = eventually(Duration::from_secs(10), || {
+        b.stat(At::Root, "/x").is_ok_and(|s| s.perm == 0o600) && b.stat(At::Root, "/y").is_ok()
+    })
+    .expect("B catches up once its member is back");
+    eventually(Duration::from_secs(5), || fb.is_current()).expect("watch current again");
+    println!("caught up {d:.2?} after the member resumed");
+}
+
+#[test]
+fn a_watch_behind_a_compaction_resynchronises() {
+    if !etcd_available("a_watch_behind_a_compaction_resynchronises") {
+        return;
+    }
+    let mut etcd = Cluster::start(3);
+    let spec_a = format!("{},{}/compact", etcd.endpoint(0), etcd.endpoint(2));
+    let spec_b = format!("{}/compact", etcd.endpoint(1));
+    let (_fa, a) = client(&spec_a, opts());
+    let (fb, b) = client(&spec_b, opts());
+    a.create(At::Root, "/x", 0o644, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/d", 0o755, Ctx::ROOT).unwrap();
+    eventually(Duration::from_secs(5), || {
+        b.stat(At::Root, "/x").is_ok() && b.stat(At::Root, "/d").is_ok()
+    })
+    .unwrap();
+    assert_eq!(b.stat(At::Root, "/d/new"), Err(Errno::ENOENT));
+
+    // B's only member goes away; the namespace changes and the history
+    // B's watch would resume from is compacted away.
+    etcd.kill(1);
+    let set = dcache::SetAttr {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(At::Root, "/x", &set, Ctx::ROOT).unwrap();
+    a.create(At::Root, "/d/new", 0o644, Ctx::ROOT).unwrap();
+    let ep = etcd.endpoint(0);
+    common::rt().block_on(async {
+        let mut c = etcd_client::Client::connect([ep], None).await.unwrap();
+        let rev = c.get("/", None).await.unwrap().header().unwrap().revision();
+        c.compact(
+            rev,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    });
+    etcd.restart(1);
+    let d = eventually(Duration::from_secs(20), || {
+        b.stat(At::Root, "/x").is_ok_and(|s| s.perm == 0o600) && b.stat(At::Root, "/d/new").is_ok()
+    })
+    .expect("B sees the changes made while its member was down");
+    eventually(Duration::from_secs(10), || fb.is_current()).expect("watch current again");
+    println!(
+        "caught up {d:.2?} after the restart; resyncs {}, watch restarts {}",
+        fb.stats().resyncs.load(Ordering::Relaxed),
+        fb.stats().watch_restarts.load(Ordering::Relaxed)
+    );
+    assert!(fb.stats().resyncs.load(Ordering::Relaxed) >= 1);
+}

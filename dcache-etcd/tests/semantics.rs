@@ -1,0 +1,206 @@
+//! One client: the POSIX answers of the etcd backend (exchange, replace,
+//! truncate, large writes, limits, readdir cookies), seen through a `Vfs`
+//! and through a second, cold client.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, etcd_available, eventually, Cluster};
+use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
+use dcache_etcd::Options;
+
+const EXCHANGE: RenameFlags = RenameFlags {
+    noreplace: false,
+    exchange: true,
+};
+
+fn write(v: &dcache::Vfs, path: &str, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    let f = v.open(
+        At::Root,
+        path,
+        libc::O_CREAT | libc::O_WRONLY,
+        0o644,
+        Ctx::ROOT,
+    )?;
+    f.write(off, data)
+}
+
+fn read(v: &dcache::Vfs, path: &str, off: u64, len: usize) -> Vec<u8> {
+    let f = v
+        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
+        .unwrap();
+    let mut buf = vec![0u8; len];
+    let n = f.read(off, &mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn posix_answers() {
+    if !etcd_available("posix_answers") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.spec("/sem");
+    let (_fa, a) = client(&spec, Options::default());
+
+    // RENAME_EXCHANGE of a file and a directory across directories.
+    a.mkdir(At::Root, "/p", 0o755, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/q", 0o755, Ctx::ROOT).unwrap();
+    a.create(At::Root, "/p/file", 0o644, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/q/dir", 0o755, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/q/dir/sub", 0o755, Ctx::ROOT).unwrap();
+    let file = a.stat(At::Root, "/p/file").unwrap().ino;
+    let dir = a.stat(At::Root, "/q/dir").unwrap().ino;
+    a.rename(At::Root, "/p/file", At::Root, "/q/dir", EXCHANGE)
+        .unwrap();
+    let (_fc, c) = client(&spec, Options::default());
+    for v in [&a, &c] {
+        assert_eq!(v.stat(At::Root, "/p/file").unwrap().ino, dir);
+        assert_eq!(v.stat(At::Root, "/q/dir").unwrap().ino, file);
+        assert!(v.stat(At::Root, "/p/file/sub").is_ok());
+        assert_eq!(v.stat(At::Root, "/p").unwrap().nlink, 3);
+        assert_eq!(v.stat(At::Root, "/q").unwrap().nlink, 2);
+    }
+    // Exchange with a missing name; noreplace onto an existing one.
+    assert_eq!(
+        a.rename(At::Root, "/p/file", At::Root, "/q/none", EXCHANGE),
+        Err(Errno::ENOENT)
+    );
+    let noreplace = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    a.create(At::Root, "/q/other", 0o644, Ctx::ROOT).unwrap();
+    assert_eq!(
+        a.rename(At::Root, "/q/dir", At::Root, "/q/other", noreplace),
+        Err(Errno::EEXIST)
+    );
+    // Replacing: a file over a file frees the old one; a directory over
+    // a non-empty one is ENOTEMPTY, over an empty one fine.
+    a.rename(At::Root, "/q/dir", At::Root, "/q/other", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(a.stat(At::Root, "/q/other").unwrap().ino, file);
+    a.mkdir(At::Root, "/q/empty", 0o755, Ctx::ROOT).unwrap();
+    assert_eq!(
+        a.rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE),
+        Err(Errno::ENOTEMPTY)
+    );
+    a.rmdir(At::Root, "/p/file/sub").unwrap();
+    a.rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE)
+        .unwrap();
+    let (_fd, d) = client(&spec, Options::default());
+    assert_eq!(d.stat(At::Root, "/p").unwrap().nlink, 3);
+    assert_eq!(d.stat(At::Root, "/q").unwrap().nlink, 2);
+    assert_eq!(d.rmdir(At::Root, "/p"), Err(Errno::ENOTEMPTY));
+    assert_eq!(
+        d.link(At::Root, "/p", At::Root, "/plink").unwrap_err(),
+        Errno::EPERM
+    );
+
+    // Data: sparse write, overwrite across a chunk boundary, truncate
+    // down and up (the cut bytes read back as zeros).
+    let chunk = dcache_etcd::codec::CHUNK;
+    write(&a, "/data", chunk - 3, b"abcdef").unwrap();
+    assert_eq!(a.stat(At::Root, "/data").unwrap().size, chunk + 3);
+    let r = read(&c, "/data", chunk - 5, 16);
+    assert_eq!(r, b"\0\0abcdef".to_vec());
+    let set = |size| SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    a.setattr(At::Root, "/data", &set(chunk - 1), Ctx::ROOT)
+        .unwrap();
+    a.setattr(At::Root, "/data", &set(chunk + 10), Ctx::ROOT)
+        .unwrap();
+    let r = read(&c, "/data", chunk - 3, 16);
+    assert_eq!(r, b"ab\0\0\0\0\0\0\0\0\0\0\0".to_vec());
+
+    // A write over 1 MiB is short (one transaction); the rest follows.
+    let big: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
+    let n = write(&a, "/big", 0, &big).unwrap();
+    assert_eq!(n, dcache_etcd::codec::MAX_IO);
+    assert_eq!(
+        write(&a, "/big", n as u64, &big[n..]).unwrap(),
+        big.len() - n
+    );
+    let mut back = Vec::new();
+    while back.len() < big.len() {
+        let part = read(&c, "/big", back.len() as u64, 1 << 20);
+        assert!(!part.is_empty());
+        back.extend(part);
+    }
+    assert!(back == big, "1.5 MB read back");
+    // Past the largest file: EFBIG.
+    assert_eq!(
+        write(&a, "/big", dcache_etcd::codec::MAX_FILE, b"x"),
+        Err(Errno::EFBIG)
+    );
+    assert_eq!(
+        a.setattr(
+            At::Root,
+            "/big",
+            &set(dcache_etcd::codec::MAX_FILE + 1),
+            Ctx::ROOT
+        ),
+        Err(Errno::EFBIG)
+    );
+
+    // readdir cookies: resuming after an entry skips exactly what was
+    // returned, even with entries removed and added in between.
+    a.mkdir(At::Root, "/r", 0o755, Ctx::ROOT).unwrap();
+    for i in 0..10 {
+        a.create(At::Root, format!("/r/e{i}"), 0o644, Ctx::ROOT)
+            .unwrap();
+    }
+    let mut first = Vec::new();
+    let mut cookie = 0;
+    a.readdir(At::Root, "/r", 0, &mut |e| {
+        cookie = e.offset;
+        first.push(e.name);
+        first.len() < 6
+    })
+    .unwrap();
+    a.unlink(At::Root, "/r/e0").unwrap();
+    a.unlink(At::Root, "/r/e9").unwrap();
+    a.create(At::Root, "/r/late", 0o644, Ctx::ROOT).unwrap();
+    let mut rest = Vec::new();
+    a.readdir(At::Root, "/r", cookie, &mut |e| {
+        rest.push(String::from_utf8(e.name).unwrap());
+        true
+    })
+    .unwrap();
+    assert_eq!(first.len(), 6);
+    assert_eq!(rest, vec!["e4", "e5", "e6", "e7", "e8", "late"]);
+
+    // statfs counts inodes.
+    let st = a.statfs().unwrap();
+    assert!(st.files >= 10 && st.blocks > 0);
+
+    // The other client agrees, once its cache catches up.
+    eventually(Duration::from_secs(5), || {
+        c.stat(At::Root, "/r/late").is_ok() && c.stat(At::Root, "/r/e0").is_err()
+    })
+    .unwrap();
+}
+
+#[test]
+fn bad_specs_are_einval() {
+    for s in ["", "nohost", "https://127.0.0.1:1", "127.0.0.1:99999"] {
+        assert_eq!(
+            dcache_etcd::EtcdFs::connect(s).err(),
+            Some(Errno::EINVAL),
+            "{s}"
+        );
+    }
+    // Nobody listening: EIO within the timeout, not a hang.
+    let opts = Options {
+        timeout: Duration::from_millis(500),
+        ..Options::default()
+    };
+    let t = std::time::Instant::now();
+    let r = dcache_etcd::EtcdFs::connect_with("127.0.0.1:1", opts);
+    assert_eq!(r.err(), Some(Errno::EIO));
+    assert!(t.elapsed() < Duration::from_secs(10));
+}

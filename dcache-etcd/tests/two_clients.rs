@@ -1,0 +1,221 @@
+//! Two `Vfs` clients on one etcd: what one does, the other sees.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, etcd_available, eventually, pct, Cluster};
+use dcache::{At, Ctx, Errno, FileType, RenameFlags, SetAttr};
+use dcache_etcd::Options;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn chmod(v: &dcache::Vfs, path: &str, perm: u16) {
+    let set = SetAttr {
+        perm: Some(perm),
+        ..SetAttr::default()
+    };
+    v.setattr(At::Root, path, &set, Ctx::ROOT).unwrap();
+}
+
+fn read_all(v: &dcache::Vfs, path: &str) -> Vec<u8> {
+    let f = v
+        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = f.read(out.len() as u64, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+fn names(v: &dcache::Vfs, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    v.readdir(At::Root, path, 0, &mut |e| {
+        out.push(String::from_utf8_lossy(&e.name).into_owned());
+        true
+    })
+    .unwrap();
+    out.sort();
+    out
+}
+
+#[test]
+fn changes_on_one_client_are_seen_by_the_other() {
+    if !etcd_available("changes_on_one_client_are_seen_by_the_other") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.spec("/t1");
+    let (_fa, a) = client(&spec, Options::default());
+    let (fb, b) = client(&spec, Options::default());
+    assert!(fb.is_current(), "watch not current after connect");
+
+    // create + write: B had the name cached as missing.
+    assert_eq!(b.stat(At::Root, "/f").unwrap_err(), Errno::ENOENT);
+    let f = a
+        .open(
+            At::Root,
+            "/f",
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+            Ctx::ROOT,
+        )
+        .unwrap();
+    assert_eq!(f.write(0, b"hello etcd").unwrap(), 10);
+    drop(f);
+    eventually(WAIT, || b.stat(At::Root, "/f").is_ok_and(|s| s.size == 10)).expect("create seen");
+    assert_eq!(read_all(&b, "/f"), b"hello etcd");
+
+    // A write B had the size of cached.
+    let f = a
+        .open(At::Root, "/f", libc::O_WRONLY, 0, Ctx::ROOT)
+        .unwrap();
+    f.write(10, b"!!").unwrap();
+    drop(f);
+    eventually(WAIT, || b.stat(At::Root, "/f").is_ok_and(|s| s.size == 12)).expect("write seen");
+    assert_eq!(read_all(&b, "/f"), b"hello etcd!!");
+
+    // rename
+    let ino = b.stat(At::Root, "/f").unwrap().ino;
+    a.rename(At::Root, "/f", At::Root, "/g", RenameFlags::NONE)
+        .unwrap();
+    eventually(WAIT, || {
+        b.stat(At::Root, "/f") == Err(Errno::ENOENT)
+            && b.stat(At::Root, "/g").is_ok_and(|s| s.ino == ino)
+    })
+    .expect("rename seen");
+
+    // chmod
+    chmod(&a, "/g", 0o600);
+    eventually(WAIT, || b.stat(At::Root, "/g").unwrap().perm == 0o600).expect("chmod seen");
+
+    // link
+    assert_eq!(b.stat(At::Root, "/h").unwrap_err(), Errno::ENOENT);
+    a.link(At::Root, "/g", At::Root, "/h").unwrap();
+    eventually(WAIT, || {
+        b.stat(At::Root, "/h")
+            .is_ok_and(|s| s.ino == ino && s.nlink == 2)
+            && b.stat(At::Root, "/g").unwrap().nlink == 2
+    })
+    .expect("link seen");
+
+    // unlink
+    a.unlink(At::Root, "/g").unwrap();
+    eventually(WAIT, || {
+        b.stat(At::Root, "/g") == Err(Errno::ENOENT) && b.stat(At::Root, "/h").unwrap().nlink == 1
+    })
+    .expect("unlink seen");
+
+    // mkdir, symlink, rmdir; readdir
+    assert_eq!(b.stat(At::Root, "/d").unwrap_err(), Errno::ENOENT);
+    a.mkdir(At::Root, "/d", 0o755, Ctx::ROOT).unwrap();
+    a.symlink("/h", At::Root, "/d/s", Ctx::ROOT).unwrap();
+    eventually(WAIT, || {
+        b.stat(At::Root, "/d/s").is_ok_and(|s| s.ino == ino)
+            && b.lstat(At::Root, "/d/s").unwrap().kind == FileType::Symlink
+    })
+    .expect("mkdir + symlink seen");
+    assert_eq!(b.stat(At::Root, "/").unwrap().nlink, 3);
+    assert_eq!(names(&b, "/"), vec![".", "..", "d", "h"]);
+    assert_eq!(names(&b, "/d"), vec![".", "..", "s"]);
+    a.unlink(At::Root, "/d/s").unwrap();
+    a.rmdir(At::Root, "/d").unwrap();
+    eventually(WAIT, || {
+        b.stat(At::Root, "/d") == Err(Errno::ENOENT) && b.stat(At::Root, "/").unwrap().nlink == 2
+    })
+    .expect("rmdir seen");
+
+    // Both directions: B's change is seen by A.
+    assert_eq!(a.stat(At::Root, "/h").unwrap().perm, 0o600);
+    chmod(&b, "/h", 0o640);
+    eventually(WAIT, || a.stat(At::Root, "/h").unwrap().perm == 0o640).expect("B -> A");
+}
+
+#[test]
+fn propagation_time_over_1000_changes() {
+    if !etcd_available("propagation_time_over_1000_changes") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.spec("/t2");
+    let (_fa, a) = client(&spec, Options::default());
+    let (fb, b) = client(&spec, Options::default());
+    a.create(At::Root, "/p", 0o644, Ctx::ROOT).unwrap();
+    a.mkdir(At::Root, "/n", 0o755, Ctx::ROOT).unwrap();
+    eventually(WAIT, || b.stat(At::Root, "/p").is_ok()).unwrap();
+
+    let mut attr_lat = Vec::new();
+    let mut name_lat = Vec::new();
+    let mut op_lat = Vec::new();
+    for i in 0..1000u32 {
+        if i % 2 == 0 {
+            // An attribute change B has cached.
+            let perm = if i % 4 == 0 { 0o600 } else { 0o644 };
+            assert_ne!(b.stat(At::Root, "/p").unwrap().perm, perm);
+            let t = Instant::now();
+            chmod(&a, "/p", perm);
+            let done = Instant::now();
+            op_lat.push(done - t);
+            eventually(WAIT, || b.stat(At::Root, "/p").unwrap().perm == perm)
+                .expect("chmod propagated");
+            attr_lat.push(done.elapsed());
+        } else {
+            // A name B has cached as missing.
+            let path = format!("/n/x{i}");
+            assert_eq!(b.stat(At::Root, &path), Err(Errno::ENOENT));
+            let t = Instant::now();
+            a.create(At::Root, &path, 0o644, Ctx::ROOT).unwrap();
+            let done = Instant::now();
+            op_lat.push(done - t);
+            eventually(WAIT, || b.stat(At::Root, &path).is_ok()).expect("create propagated");
+            name_lat.push(done.elapsed());
+        }
+    }
+    let mut all: Vec<Duration> = attr_lat.iter().chain(&name_lat).copied().collect();
+    for v in [&mut all, &mut attr_lat, &mut name_lat, &mut op_lat] {
+        v.sort();
+    }
+    let show = |what: &str, v: &[Duration]| {
+        println!(
+            "{what:<28} n={:<5} p50={:>9.3?} p99={:>9.3?} max={:>9.3?}",
+            v.len(),
+            pct(v, 50.0),
+            pct(v, 99.0),
+            v[v.len() - 1]
+        );
+    };
+    show("propagation (all)", &all);
+    show("propagation (chmod)", &attr_lat);
+    show("propagation (create)", &name_lat);
+    show("writer's op (chmod/create)", &op_lat);
+
+    // The cached stat against a round trip.
+    let n = 20_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        b.stat(At::Root, "/p").unwrap();
+    }
+    let cached = t.elapsed() / n;
+    let mut rt: Vec<Duration> = (0..200)
+        .map(|_| fb.serializable_round_trip().unwrap())
+        .collect();
+    rt.sort();
+    let mut lin: Vec<Duration> = (0..200)
+        .map(|_| fb.linearizable_round_trip().unwrap())
+        .collect();
+    lin.sort();
+    println!(
+        "cached stat {:.3?}/call; serializable get p50 {:.3?}; linearizable get p50 {:.3?}",
+        cached,
+        pct(&rt, 50.0),
+        pct(&lin, 50.0)
+    );
+    // Generous: a loaded 2-core CI machine.
+    assert!(pct(&all, 99.0) < Duration::from_secs(2));
+}
