@@ -36,6 +36,7 @@ pub mod permission;
 pub mod pollgate;
 pub mod rcu;
 pub mod seqcount;
+pub mod slab;
 pub mod sync;
 mod table;
 pub mod vfs;

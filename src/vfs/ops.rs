@@ -805,11 +805,13 @@ fn is_ancestor_or_self(anc: &Dentry, d: &Dentry) -> bool {
 }
 
 fn retire_ext(sb: &Super, p: *mut ExtName) {
-    unsafe fn free_ext(p: *mut u8) {
+    /// # Safety
+    /// `p` is a retired `Box<ExtName>` whose grace period is over.
+    unsafe fn free_ext(p: *mut u8, _: *const ()) {
         // SAFETY: retired once after a grace period; allocated as a Box.
         drop(unsafe { Box::from_raw(p as *mut ExtName) });
     }
     // SAFETY: the name was swapped out under d_seq; readers that start now
     // see the new one; free_ext frees a Box<ExtName>.
-    unsafe { sb.rcu.retire(p as *mut u8, free_ext) };
+    unsafe { sb.rcu.retire(p as *mut u8, std::ptr::null(), free_ext) };
 }
