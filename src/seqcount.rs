@@ -84,6 +84,46 @@ impl SeqCount {
         fence(Ordering::Release);
     }
 
+    /// Begin a write section, waiting out another writer: the counter is
+    /// itself the writers' lock (even: free, odd: held), a seqlock whose
+    /// spinlock is the count. Only for writers that never block inside the
+    /// section (they store a few fields); end it with `write_end`.
+    #[inline]
+    pub fn write_lock(&self) {
+        let mut spins = 0u32;
+        loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            // Acquire on success: the previous writer's field stores (made
+            // before its Release `write_end`) happen-before ours, so writers
+            // are ordered as a lock orders them. Relaxed on failure: we
+            // only retry.
+            if s & 1 == 0
+                && self
+                    .seq
+                    .compare_exchange_weak(
+                        s,
+                        s.wrapping_add(1),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break;
+            }
+            spins += 1;
+            if spins >= 64 {
+                // The holder may have been preempted: give it the CPU.
+                spins = 0;
+                crate::sync::yield_now();
+            } else {
+                crate::sync::spin_hint();
+            }
+        }
+        // Release fence: as in `write_begin`, the odd counter is visible no
+        // later than any field store that follows.
+        fence(Ordering::Release);
+    }
+
     /// End a write section.
     #[inline]
     pub fn write_end(&self) {

@@ -157,7 +157,7 @@ pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
     if let Some(&p) = map.get(&attr.ino) {
         // SAFETY: mapped inodes are live (removed from the map before free).
         let i = unsafe { p.as_ref() };
-        if i.kind == attr.kind {
+        if i.kind() == attr.kind {
             i.set_attr(attr);
             i.i_dentries.fetch_add(1, Ordering::Relaxed);
             i.i_nlookup.fetch_add(1, Ordering::Relaxed);

@@ -27,7 +27,7 @@ use super::{root_cred, At, DentryRef, StatMode, Super, Vfs};
 use crate::cred::Cred;
 use crate::dentry::{hash_finish, hash_word, load_partial, name_hash, Dentry, D_HASHED, HASH_INIT};
 use crate::errno::{Errno, Result};
-use crate::fs::{Attr, FileType, Validity, NAME_MAX, PATH_MAX};
+use crate::fs::{Attr, Validity, NAME_MAX, PATH_MAX};
 use crate::inode::Inode;
 use crate::permission::{generic_permission, may_search, search_for_all, MAY_EXEC};
 use crate::rcu::RcuGuard;
@@ -596,7 +596,7 @@ impl CompSource for Components<'_> {
 
 #[inline(always)]
 fn is_dir(d: &Dentry) -> bool {
-    inode_of(d).is_some_and(|i| i.kind == FileType::Directory)
+    inode_of(d).is_some_and(|i| i.is_dir())
 }
 
 impl Vfs {
@@ -804,9 +804,10 @@ impl Vfs {
             }
             return Step::End(validated(dd, dseq, Errno::ENOENT));
         };
-        match inode.kind {
-            FileType::Directory => Step::Enter(d, dseq, true),
-            FileType::Symlink if !c.last || st.follow_last || c.must_dir => {
+        // The type from the mode's S_IFMT bits (fixed for the inode's life).
+        match inode.mode() & libc::S_IFMT {
+            libc::S_IFDIR => Step::Enter(d, dseq, true),
+            libc::S_IFLNK if !c.last || st.follow_last || c.must_dir => {
                 let Some(target) = inode.cached_link() else {
                     return Step::End(RcuWalk::Fallback);
                 };
@@ -882,7 +883,7 @@ impl Vfs {
             let Some(dir) = cur.inode() else {
                 return Err(Errno::ENOENT);
             };
-            if dir.kind != FileType::Directory {
+            if !dir.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
             may_search(cred, dir.perm())?;
@@ -906,7 +907,7 @@ impl Vfs {
                 }
                 return Err(Errno::ENOENT);
             };
-            if inode.kind == FileType::Symlink && (!last || follow_last || must_dir) {
+            if inode.is_symlink() && (!last || follow_last || must_dir) {
                 let target = self.read_link(inode)?;
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
@@ -917,7 +918,7 @@ impl Vfs {
                 comps.push_link_owned(target)?;
                 continue;
             }
-            if must_dir && inode.kind != FileType::Directory {
+            if must_dir && !inode.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
             cur = d;
@@ -1001,7 +1002,7 @@ impl Vfs {
         let Some(dir) = parent.inode() else {
             return Err(Errno::ENOENT);
         };
-        if dir.kind != FileType::Directory {
+        if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let hash = name_hash(name);
@@ -1178,7 +1179,7 @@ impl Vfs {
     /// attributes and update the cached copy only when they differ.
     fn refresh_attr(&self, inode: &Inode, cached: Attr) -> Result<Attr> {
         let a = self.sb().fs.getattr(inode.ino)?;
-        if a != cached && a.kind == inode.kind {
+        if a != cached && a.kind == inode.kind() {
             inode.set_attr(&a);
         }
         Ok(a)
