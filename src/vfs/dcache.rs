@@ -8,7 +8,9 @@
 //! when it pops the entry. Memory is always freed through RCU, after every
 //! lockless walker that might stand on it has left its read section.
 
-use std::collections::VecDeque;
+use std::borrow::Borrow;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering as StdOrdering;
 
@@ -16,7 +18,7 @@ use super::Super;
 use crate::dentry::{
     name_hash, Dentry, D_HASHED, D_KILLED, D_LRU_LIST, D_NEG_COUNTED, D_REFERENCED, D_ROOT,
 };
-use crate::fs::Attr;
+use crate::fs::{Attr, Ino};
 use crate::inode::Inode;
 use crate::lockref::LockRefGuard;
 use crate::sync::Ordering;
@@ -150,11 +152,74 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
     unsafe { dput(parent) };
 }
 
+/// ino -> the inode shared by all its dentries (hard links): Linux's inode
+/// hash. Each entry is the inode pointer alone, the key read through it
+/// (`Inode::ino`, immutable), so a slot costs 8 bytes instead of a
+/// `HashMap<Ino, _>`'s 16 (measured: ~18 instead of ~34 bytes per cached
+/// path, `docs/memory.md`). Used under `Super::inodes`' mutex only, on the
+/// slow paths (iget, iput, teardown).
+#[derive(Default)]
+pub(crate) struct InodeMap(HashSet<Mapped>);
+
+/// One entry: an inode that is live for as long as it is in the map (iput
+/// removes it before retiring it). Never copied out of the map.
+struct Mapped(NonNull<Inode>);
+
+impl Mapped {
+    #[inline]
+    fn ino(&self) -> &Ino {
+        // SAFETY: a mapped inode is live (see the type's docs), and `ino`
+        // never changes.
+        &unsafe { self.0.as_ref() }.ino
+    }
+}
+
+impl Hash for Mapped {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // As `Ino`'s own hash, which `Borrow` requires.
+        self.ino().hash(h);
+    }
+}
+
+impl PartialEq for Mapped {
+    fn eq(&self, other: &Mapped) -> bool {
+        self.ino() == other.ino()
+    }
+}
+
+impl Eq for Mapped {}
+
+impl Borrow<Ino> for Mapped {
+    fn borrow(&self) -> &Ino {
+        self.ino()
+    }
+}
+
+impl InodeMap {
+    fn get(&self, ino: Ino) -> Option<NonNull<Inode>> {
+        self.0.get(&ino).map(|m| m.0)
+    }
+
+    /// Map `p` under its number, replacing any inode mapped there.
+    fn insert(&mut self, p: NonNull<Inode>) {
+        self.0.replace(Mapped(p));
+    }
+
+    /// Unmap `p` if it is the inode mapped under its number.
+    fn remove(&mut self, p: NonNull<Inode>) {
+        // SAFETY: the caller's inode is live.
+        let ino = unsafe { p.as_ref() }.ino;
+        if self.get(ino) == Some(p) {
+            self.0.remove(&ino);
+        }
+    }
+}
+
 /// The inode object for `attr.ino`, shared by all its dentries; takes one
 /// dentry reference on it. Refreshes the cached attributes.
 pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&p) = map.get(&attr.ino) {
+    if let Some(p) = map.get(attr.ino) {
         // SAFETY: mapped inodes are live (removed from the map before free).
         let i = unsafe { p.as_ref() };
         if i.kind() == attr.kind {
@@ -172,7 +237,7 @@ pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
     // SAFETY: fresh.
     unsafe { p.as_ref() }.i_nlookup.store(1, Ordering::Relaxed);
     sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
-    map.insert(attr.ino, p);
+    map.insert(p);
     p.as_ptr()
 }
 
@@ -185,10 +250,8 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
     if i.i_dentries.fetch_sub(1, Ordering::Relaxed) != 1 {
         return;
     }
-    let mapped = map.get(&i.ino).map(|p| p.as_ptr()) == Some(inode);
-    if mapped {
-        map.remove(&i.ino);
-    }
+    // SAFETY: the caller's reference kept it live, so not null.
+    map.remove(unsafe { NonNull::new_unchecked(inode) });
     let nlookup = i.i_nlookup.load(Ordering::Relaxed);
     drop(map);
     sb.fs.forget(i.ino, nlookup);
@@ -531,11 +594,8 @@ pub(crate) fn teardown(sb: &Super) -> bool {
     for i in inodes {
         if seen.insert(i as usize) {
             // SAFETY: exclusive; still allocated (only iput frees inodes,
-            // and these still had dentry references).
-            let ino = unsafe { &*i }.ino;
-            if map.get(&ino).map(|p| p.as_ptr()) == Some(i) {
-                map.remove(&ino);
-            }
+            // and these still had dentry references), so not null.
+            map.remove(unsafe { NonNull::new_unchecked(i) });
             sb.counters.inodes.fetch_sub(1, StdOrdering::Relaxed);
             // SAFETY: as above; freed once thanks to `seen`, to the slab
             // it came from.

@@ -19,7 +19,6 @@ mod ops;
 mod section;
 mod walk;
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -130,7 +129,7 @@ pub struct Super {
     /// Serialises renames (the writer side of `rename_seq`).
     pub(crate) rename_lock: Mutex<()>,
     /// ino -> the inode object shared by all its dentries (hard links).
-    pub(crate) inodes: Mutex<HashMap<Ino, NonNull<Inode>>>,
+    pub(crate) inodes: Mutex<dcache::InodeMap>,
     /// Where every dentry and inode of this Vfs lives (Linux's
     /// `dentry_cache` and `inode_cache` slabs). After `rcu`, so that they
     /// are dropped after it.
@@ -318,7 +317,7 @@ impl Vfs {
             rcu: Rcu::new(config.reclaim),
             rename_seq: SeqCount::new(),
             rename_lock: Mutex::new(()),
-            inodes: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(dcache::InodeMap::default()),
             dentry_cache: Slab::new(),
             inode_cache: Slab::new(),
             lru: Mutex::new(dcache::Lru::default()),
