@@ -30,13 +30,35 @@ use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
+use crate::cache_aligned::CACHE_LINE;
 use crate::sync::Mutex;
 
 /// The first chunk's slots (later chunks double, up to `MAX_CHUNK_BYTES`).
 const MIN_SLOTS: usize = 16;
-/// The largest chunk: big enough that chunks are few (a million dentries
-/// take ~90), small enough that a half-used last chunk wastes little.
-const MAX_CHUNK_BYTES: usize = 2 << 20;
+/// The largest chunk: one huge page (rounded up to whole slots); big enough
+/// that chunks are few (a million dentries take ~100), small enough that a
+/// half-used last chunk wastes little.
+const MAX_CHUNK_BYTES: usize = HUGE_PAGE;
+
+/// x86-64's (and arm64's with 4 KiB pages) transparent huge page.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Bytes a slab holds before its chunks are backed by huge pages.
+const HUGE_AFTER: usize = 64 << 20;
+
+/// Ask the kernel to back `len` bytes at `p` (huge-page aligned) with huge
+/// pages: a large cache's lookups then miss the TLB far less (see
+/// `docs/memory.md`). Only a hint; any failure is ignored.
+fn advise_huge(p: *mut u8, len: usize) {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    // SAFETY: madvise only changes how the kernel backs the range, which is
+    // a live allocation of ours; it never changes its contents.
+    unsafe {
+        libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    let _ = (p, len);
+}
 
 pub struct Slab<T> {
     inner: Mutex<Inner>,
@@ -154,14 +176,30 @@ impl Inner {
         if self.next == self.end {
             let slots = self
                 .carved
-                .clamp(MIN_SLOTS, (MAX_CHUNK_BYTES / size).max(MIN_SLOTS));
-            let layout = Layout::from_size_align(slots * size, std::mem::align_of::<T>())
+                .clamp(MIN_SLOTS, MAX_CHUNK_BYTES.div_ceil(size).max(MIN_SLOTS));
+            let bytes = slots * size;
+            // Cache-line aligned at least, so that an object whose size is
+            // a multiple of 64 (the 192-byte dentry, the 128-byte inode)
+            // spans no more lines than it must; a full-size chunk is
+            // aligned to a huge page, so the kernel can back it with one.
+            let align = if bytes >= HUGE_PAGE {
+                HUGE_PAGE
+            } else {
+                std::mem::align_of::<T>().max(CACHE_LINE)
+            };
+            let layout = Layout::from_size_align(bytes, align)
                 .unwrap_or_else(|_| handle_alloc_error(Layout::new::<T>()));
             // SAFETY: the layout's size is at least MIN_SLOTS * size > 0.
             let chunk = unsafe { alloc(layout) };
             let Some(chunk) = NonNull::new(chunk) else {
                 handle_alloc_error(layout)
             };
+            // Only once the slab is large: a huge page is backed whole at
+            // its first touch, so the last, partly used chunk costs up to
+            // 2 MiB; past HUGE_AFTER that is under 3%.
+            if bytes >= HUGE_PAGE && self.carved * size >= HUGE_AFTER {
+                advise_huge(chunk.as_ptr(), bytes / HUGE_PAGE * HUGE_PAGE);
+            }
             self.chunks.push((chunk, layout));
             self.next = chunk.as_ptr();
             // SAFETY: one past the end of the chunk just allocated.
