@@ -210,9 +210,10 @@ pub(crate) fn hash_len(hash: u32, len: usize) -> u64 {
 }
 
 impl Dentry {
-    /// A new dentry with count 1, not hashed.
-    pub(crate) fn new(sb: *const (), parent: *mut Dentry, name: &[u8], hash: u32) -> Box<Dentry> {
-        let d = Box::new(Dentry {
+    /// A new dentry with count 1, not hashed (the cache moves it into its
+    /// slab, `Super::dentry_cache`).
+    pub(crate) fn new(sb: *const (), parent: *mut Dentry, name: &[u8], hash: u32) -> Dentry {
+        let d = Dentry {
             d_flags: AtomicU32::new(0),
             d_seq: SeqCount::new(),
             d_hash_next: AtomicPtr::new(std::ptr::null_mut()),
@@ -226,7 +227,7 @@ impl Dentry {
             _read_pad: [0; READ_PAD],
             d_lockref: LockRef::new(),
             d_children: AtomicU32::new(0),
-        });
+        };
         d.store_name(name);
         d
     }

@@ -11,26 +11,27 @@ use crate::fs::{Attr, FileType, Ino, Timespec};
 use crate::lookupcount::LookupCount;
 use crate::permission::Perm;
 use crate::seqcount::SeqCount;
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-const ATTR_WORDS: usize = 11;
+/// The attributes other than `ino` (immutable, a field of its own) and the
+/// mode (`i_mode`), packed: see `pack`.
+const ATTR_WORDS: usize = 9;
 
 /// The cached inode one or more dentries point to (Linux's `struct inode`):
 /// the backend's inode number, file type and a copy of its attributes.
+///
+/// Fields are ordered by size; the `const` asserts below keep the object
+/// at 128 bytes, the size of the slab slot it lives in (`Super::inode_cache`).
+/// What was cut to get there: the type is read from `i_mode`'s `S_IFMT` bits
+/// (which never change) rather than kept in a field of its own, the
+/// attribute words do not repeat `ino` and the mode, and attribute writers
+/// are serialised by `i_seq` itself (a seqlock) rather than a mutex.
 pub struct Inode {
     pub(crate) ino: Ino,
-    pub(crate) kind: FileType,
-    /// The full `st_mode`, also kept on its own so that the walk's search
-    /// check reads one word next to `kind` (written with `attr`).
-    i_mode: AtomicU32,
-    /// Guards `attr` (and orders `i_mode` with it).
-    i_seq: SeqCount,
     attr: [AtomicU64; ATTR_WORDS],
     /// The symlink target, set once (symlinks are immutable) and freed with
     /// the inode; null until first read. Lets rcu-walk follow links.
     link: AtomicPtr<Box<[u8]>>,
-    /// How many dentries point here (changed under the Vfs's inode-map lock).
-    pub(crate) i_dentries: AtomicUsize,
     /// Backend replies absorbed into this object (see `FileSystem::forget`);
     /// changed under the inode-map lock.
     pub(crate) i_nlookup: AtomicU64,
@@ -38,54 +39,102 @@ pub struct Inode {
     /// count of entry replies naming it; see [`crate::lookupcount`]). Zero
     /// and untouched for library users.
     pub(crate) i_lookups: LookupCount,
+    /// The full `st_mode`: the type bits (fixed for the inode's life) give
+    /// `kind()`, and the walk's search check reads the permission bits
+    /// with one load (written with `attr`, inside the `i_seq` section).
+    i_mode: AtomicU32,
+    /// Guards `attr` and `i_mode`; also the lock that serialises attribute
+    /// writers (`SeqCount::write_lock`).
+    i_seq: SeqCount,
+    /// How many dentries point here (changed under the Vfs's inode-map lock).
+    pub(crate) i_dentries: AtomicU32,
     /// Directory lock: shared for slow lookups, exclusive for changes.
     pub(crate) i_rwsem: std::sync::RwLock<()>,
-    /// Serialises attribute writers (`i_seq` needs one writer at a time).
-    attr_lock: std::sync::Mutex<()>,
 }
 
+// The size rule, checked at build time (not under loom, whose atomics are
+// larger): one inode per 128-byte slab slot.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Inode>() <= 128);
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::align_of::<Inode>() == 8);
+
+/// `a` minus `ino` and the mode, as the words `attr` holds. Nanoseconds and
+/// the 32-bit fields share words.
 fn pack(a: &Attr) -> [u64; ATTR_WORDS] {
     [
-        a.ino,
         a.size,
         a.blocks,
         a.atime.sec as u64,
         a.mtime.sec as u64,
         a.ctime.sec as u64,
         (a.atime.nsec as u64) << 32 | a.mtime.nsec as u64,
-        (a.ctime.nsec as u64) << 32 | a.mode() as u64,
+        (a.ctime.nsec as u64) << 32 | a.blksize as u64,
         (a.nlink as u64) << 32 | a.uid as u64,
         (a.gid as u64) << 32 | a.rdev as u64,
-        a.blksize as u64,
     ]
 }
 
-fn unpack(w: &[u64; ATTR_WORDS], kind: FileType) -> Attr {
-    let mode = w[7] as u32;
+#[inline(always)]
+fn unpack(ino: Ino, w: &[u64; ATTR_WORDS], mode: u32) -> Attr {
     Attr {
-        ino: w[0],
-        size: w[1],
-        blocks: w[2],
+        ino,
+        size: w[0],
+        blocks: w[1],
         atime: Timespec {
-            sec: w[3] as i64,
-            nsec: (w[6] >> 32) as u32,
+            sec: w[2] as i64,
+            nsec: (w[5] >> 32) as u32,
         },
         mtime: Timespec {
-            sec: w[4] as i64,
-            nsec: w[6] as u32,
+            sec: w[3] as i64,
+            nsec: w[5] as u32,
         },
         ctime: Timespec {
-            sec: w[5] as i64,
-            nsec: (w[7] >> 32) as u32,
+            sec: w[4] as i64,
+            nsec: (w[6] >> 32) as u32,
         },
-        kind,
+        kind: kind_of(mode),
         perm: (mode & 0o7777) as u16,
-        nlink: (w[8] >> 32) as u32,
-        uid: w[8] as u32,
-        gid: (w[9] >> 32) as u32,
-        rdev: w[9] as u32,
-        blksize: w[10] as u32,
+        nlink: (w[7] >> 32) as u32,
+        uid: w[7] as u32,
+        gid: (w[8] >> 32) as u32,
+        rdev: w[8] as u32,
+        blksize: w[6] as u32,
     }
+}
+
+/// `attr`'s `st_mode`, permission bits kept out of the type bits whatever
+/// the backend put in `perm`.
+fn imode(attr: &Attr) -> u32 {
+    attr.kind.mode_bits() | (attr.perm as u32 & 0o7777)
+}
+
+/// `S_IFMT >> 12` -> type: a table, so that decoding the type every `stat`
+/// returns costs one load rather than a chain of compares.
+const KINDS: [FileType; 16] = {
+    let mut t = [FileType::Regular; 16];
+    let all = [
+        (libc::S_IFREG, FileType::Regular),
+        (libc::S_IFDIR, FileType::Directory),
+        (libc::S_IFLNK, FileType::Symlink),
+        (libc::S_IFCHR, FileType::CharDevice),
+        (libc::S_IFBLK, FileType::BlockDevice),
+        (libc::S_IFIFO, FileType::Fifo),
+        (libc::S_IFSOCK, FileType::Socket),
+    ];
+    let mut i = 0;
+    while i < all.len() {
+        t[(all[i].0 >> 12) as usize & 15] = all[i].1;
+        i += 1;
+    }
+    t
+};
+
+/// The type in an inode's mode. Every inode's mode was made by `imode`, so
+/// the bits are always one of the known types.
+#[inline(always)]
+fn kind_of(mode: u32) -> FileType {
+    KINDS[(mode >> 12) as usize & 15]
 }
 
 impl Inode {
@@ -93,16 +142,14 @@ impl Inode {
         let w = pack(attr);
         Inode {
             ino: attr.ino,
-            kind: attr.kind,
-            i_mode: AtomicU32::new(attr.mode()),
-            i_seq: SeqCount::new(),
             attr: std::array::from_fn(|i| AtomicU64::new(w[i])),
             link: AtomicPtr::new(std::ptr::null_mut()),
-            i_dentries: AtomicUsize::new(0),
             i_nlookup: AtomicU64::new(0),
             i_lookups: LookupCount::new(),
+            i_mode: AtomicU32::new(imode(attr)),
+            i_seq: SeqCount::new(),
+            i_dentries: AtomicU32::new(0),
             i_rwsem: std::sync::RwLock::new(()),
-            attr_lock: std::sync::Mutex::new(()),
         }
     }
 
@@ -111,14 +158,22 @@ impl Inode {
         self.ino
     }
 
-    /// The file type (fixed for the inode's life).
+    /// The file type (the `S_IFMT` bits of the mode, which never change).
+    #[inline(always)]
     pub fn kind(&self) -> FileType {
-        self.kind
+        kind_of(self.mode())
     }
 
     /// True for a directory.
+    #[inline(always)]
     pub fn is_dir(&self) -> bool {
-        self.kind == FileType::Directory
+        self.mode() & libc::S_IFMT == libc::S_IFDIR
+    }
+
+    /// True for a symbolic link.
+    #[inline(always)]
+    pub fn is_symlink(&self) -> bool {
+        self.mode() & libc::S_IFMT == libc::S_IFLNK
     }
 
     /// The full `st_mode` now (one load; not ordered with the other
@@ -138,16 +193,16 @@ impl Inode {
             return None;
         }
         // Relaxed: ordered by the seqcount's Acquire load and fence.
+        let mode = self.i_mode.load(Ordering::Relaxed);
         let w7 = self.attr[7].load(Ordering::Relaxed);
         let w8 = self.attr[8].load(Ordering::Relaxed);
-        let w9 = self.attr[9].load(Ordering::Relaxed);
         if self.i_seq.read_retry(s) {
             return None;
         }
         Some(Perm {
-            mode: self.kind.mode_bits() | (w7 as u32 & 0o7777),
-            uid: w8 as u32,
-            gid: (w9 >> 32) as u32,
+            mode: mode & (libc::S_IFMT | 0o7777),
+            uid: w7 as u32,
+            gid: (w8 >> 32) as u32,
         })
     }
 
@@ -190,26 +245,30 @@ impl Inode {
         }
         // Relaxed: ordered by the seqcount's Acquire load and fence.
         let w: [u64; ATTR_WORDS] = std::array::from_fn(|i| self.attr[i].load(Ordering::Relaxed));
+        let mode = self.i_mode.load(Ordering::Relaxed);
         if self.i_seq.read_retry(s) {
             return None;
         }
-        Some(unpack(&w, self.kind))
+        Some(unpack(self.ino, &w, mode))
     }
 
     /// Replace the cached attributes with what the backend reported. The
     /// type of an inode never changes; a backend that says otherwise gave us
     /// a different inode under a reused number, which the caller handles.
     pub(crate) fn set_attr(&self, attr: &Attr) {
+        debug_assert_eq!(attr.ino, self.ino);
+        debug_assert_eq!(attr.kind, self.kind());
         let w = pack(attr);
-        let _g = self.attr_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.i_seq.write_begin();
+        // Waits out (spinning) another writer: writers only store a few
+        // words inside, never block.
+        self.i_seq.write_lock();
         for (slot, v) in self.attr.iter().zip(w) {
             // Relaxed: published by the seqcount's write_end (Release).
             slot.store(v, Ordering::Relaxed);
         }
         // Relaxed: as above; a lone reader of the mode sees the old or the
         // new one, as Linux's rcu-walk reads i_mode.
-        self.i_mode.store(attr.mode(), Ordering::Relaxed);
+        self.i_mode.store(imode(attr), Ordering::Relaxed);
         self.i_seq.write_end();
     }
 
@@ -257,5 +316,76 @@ impl Drop for Inode {
             // `cache_link` and is freed exactly here.
             drop(unsafe { Box::from_raw(p) });
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn sample(kind: FileType, perm: u16) -> Attr {
+        Attr {
+            ino: u64::MAX - 7,
+            size: 1 << 40,
+            blocks: 12345,
+            atime: Timespec {
+                sec: -5,
+                nsec: 999_999_999,
+            },
+            mtime: Timespec {
+                sec: 1 << 40,
+                nsec: 1,
+            },
+            ctime: Timespec {
+                sec: 1_700_000_000,
+                nsec: 500,
+            },
+            kind,
+            perm,
+            nlink: u32::MAX,
+            uid: 1000,
+            gid: u32::MAX - 1,
+            rdev: 0x0801,
+            blksize: 4096,
+        }
+    }
+
+    #[test]
+    fn attributes_round_trip_through_the_packed_words() {
+        for kind in [
+            FileType::Regular,
+            FileType::Directory,
+            FileType::Symlink,
+            FileType::CharDevice,
+            FileType::BlockDevice,
+            FileType::Fifo,
+            FileType::Socket,
+        ] {
+            let a = sample(kind, 0o4755);
+            let i = Inode::new(&a);
+            assert_eq!(i.attr(), a);
+            assert_eq!(i.kind(), kind);
+            assert_eq!(i.is_dir(), kind == FileType::Directory);
+            assert_eq!(i.is_symlink(), kind == FileType::Symlink);
+            assert_eq!(i.mode(), a.mode());
+            let p = i.perm();
+            assert_eq!((p.mode, p.uid, p.gid), (a.mode(), a.uid, a.gid));
+            let b = Attr {
+                size: 3,
+                perm: 0o600,
+                uid: 7,
+                ..a
+            };
+            i.set_attr(&b);
+            assert_eq!(i.attr(), b);
+            assert_eq!(i.kind(), kind);
+        }
+    }
+
+    #[test]
+    fn permission_bits_cannot_change_the_type() {
+        let i = Inode::new(&sample(FileType::Regular, 0xffff));
+        assert_eq!(i.kind(), FileType::Regular);
+        assert_eq!(i.attr().perm, 0o7777);
     }
 }

@@ -58,7 +58,12 @@ pub mod permission;
 // supported API.
 #[doc(hidden)]
 pub mod rcu;
-mod seqcount;
+// For the loom tests (tests/loom_seqcount.rs, tests/loom_slab.rs); not part
+// of the supported API.
+#[doc(hidden)]
+pub mod seqcount;
+#[doc(hidden)]
+pub mod slab;
 // For dcache-fuse, dcache-bench and the loom tests (std or loom atomics);
 // not part of the supported API.
 #[doc(hidden)]

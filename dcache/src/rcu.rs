@@ -54,7 +54,10 @@ pub(crate) enum RcuGuard<'a> {
 /// kind of object dcache frees late.
 struct Retired {
     ptr: *mut u8,
-    free: unsafe fn(*mut u8),
+    /// Handed to `free` with `ptr` (the owner of the memory, e.g. the slab
+    /// the object returns to).
+    ctx: *const (),
+    free: unsafe fn(*mut u8, *const ()),
 }
 
 // SAFETY: a Retired is only a pointer to an object that no thread can reach
@@ -100,33 +103,43 @@ impl Rcu {
         }
     }
 
-    /// Free `ptr` with `free` once every read section that might still see
-    /// it has ended.
+    /// Free `ptr` with `free(ptr, ctx)` once every read section that might
+    /// still see it has ended.
     ///
     /// # Safety
     /// `ptr` must already be unreachable for readers that start from now on,
-    /// must not be retired twice, and `free(ptr)` must be a valid way to free
-    /// it once no reader holds it.
-    pub(crate) unsafe fn retire(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+    /// must not be retired twice, and `free(ptr, ctx)` must be a valid way
+    /// to free it once no reader holds it (`ctx` still valid then).
+    pub(crate) unsafe fn retire(
+        &self,
+        ptr: *mut u8,
+        ctx: *const (),
+        free: unsafe fn(*mut u8, *const ()),
+    ) {
         #[cfg(loom)]
         {
             self.deferred
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(Retired { ptr, free });
+                .push(Retired { ptr, ctx, free });
         }
         #[cfg(not(loom))]
         // SAFETY: forwarded from our caller.
         unsafe {
-            self.retire_to_crate(ptr, free)
+            self.retire_to_crate(ptr, ctx, free)
         }
     }
 
     /// # Safety
     /// As `retire`.
     #[cfg(not(loom))]
-    unsafe fn retire_to_crate(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
-        let r = Box::into_raw(Box::new(Retired { ptr, free }));
+    unsafe fn retire_to_crate(
+        &self,
+        ptr: *mut u8,
+        ctx: *const (),
+        free: unsafe fn(*mut u8, *const ()),
+    ) {
+        let r = Box::into_raw(Box::new(Retired { ptr, ctx, free }));
         match self.kind {
             Reclaim::Seize => {
                 unsafe fn run(r: *mut Retired, _c: &seize::Collector) {
@@ -134,7 +147,7 @@ impl Rcu {
                     // with the pointer we gave it (a leaked Box<Retired>).
                     let r = unsafe { Box::from_raw(r) };
                     // SAFETY: the caller of `retire` promised `free` fits.
-                    unsafe { (r.free)(r.ptr) };
+                    unsafe { (r.free)(r.ptr, r.ctx) };
                 }
                 // SAFETY: forwarded from our caller; `run` frees `r` as a Box.
                 unsafe { self.collector.retire(r, run) };
@@ -147,11 +160,20 @@ impl Rcu {
                     g.defer_unchecked(move || {
                         let r = r;
                         let r = Box::from_raw(r.0);
-                        (r.free)(r.ptr);
+                        (r.free)(r.ptr, r.ctx);
                     })
                 };
                 g.flush();
             }
+        }
+    }
+
+    /// Help reclamation along: crossbeam-epoch's global collector frees
+    /// garbage only while threads pin and flush; seize needs nothing.
+    pub(crate) fn nudge(&self) {
+        #[cfg(not(loom))]
+        if self.kind == Reclaim::Epoch {
+            epoch::pin().flush();
         }
     }
 
@@ -169,7 +191,7 @@ impl Rcu {
             .drain(..)
         {
             // SAFETY: exclusivity promised by the caller; each retired once.
-            unsafe { (r.free)(r.ptr) };
+            unsafe { (r.free)(r.ptr, r.ctx) };
         }
         // SAFETY: exclusivity promised by the caller.
         unsafe { self.collector.reclaim_all() };

@@ -69,9 +69,6 @@ impl SeqCount {
 
     /// The current value, for a check that needs no ordering of its own
     /// (it is followed by a `read_retry`).
-    // Unused since the module became crate-private; kept with the rest of
-    // the seqcount_t API.
-    #[allow(dead_code)]
     #[inline(always)]
     pub fn peek(&self) -> u32 {
         self.seq.load(Ordering::Relaxed)
@@ -86,6 +83,46 @@ impl SeqCount {
         // Release fence: the odd counter becomes visible no later than any
         // field store that follows, so a reader that saw a new field value
         // also sees a changed counter at its retry check.
+        fence(Ordering::Release);
+    }
+
+    /// Begin a write section, waiting out another writer: the counter is
+    /// itself the writers' lock (even: free, odd: held), a seqlock whose
+    /// spinlock is the count. Only for writers that never block inside the
+    /// section (they store a few fields); end it with `write_end`.
+    #[inline]
+    pub fn write_lock(&self) {
+        let mut spins = 0u32;
+        loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            // Acquire on success: the previous writer's field stores (made
+            // before its Release `write_end`) happen-before ours, so writers
+            // are ordered as a lock orders them. Relaxed on failure: we
+            // only retry.
+            if s & 1 == 0
+                && self
+                    .seq
+                    .compare_exchange_weak(
+                        s,
+                        s.wrapping_add(1),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break;
+            }
+            spins += 1;
+            if spins >= 64 {
+                // The holder may have been preempted: give it the CPU.
+                spins = 0;
+                crate::sync::yield_now();
+            } else {
+                crate::sync::spin_hint();
+            }
+        }
+        // Release fence: as in `write_begin`, the odd counter is visible no
+        // later than any field store that follows.
         fence(Ordering::Release);
     }
 

@@ -8,7 +8,9 @@
 //! when it pops the entry. Memory is always freed through RCU, after every
 //! lockless walker that might stand on it has left its read section.
 
-use std::collections::VecDeque;
+use std::borrow::Borrow;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering as StdOrdering;
 
@@ -16,7 +18,7 @@ use super::{DentryRef, Super};
 use crate::dentry::{
     name_hash, Dentry, D_HASHED, D_KILLED, D_LRU_LIST, D_NEG_COUNTED, D_REFERENCED, D_ROOT,
 };
-use crate::fs::Attr;
+use crate::fs::{Attr, Ino};
 use crate::inode::Inode;
 use crate::lockref::LockRefGuard;
 use crate::sync::Ordering;
@@ -41,12 +43,16 @@ pub(crate) fn sb_of(d: &Dentry) -> &Super {
 
 /// Allocate the root dentry (count 1, held by the Vfs until teardown).
 pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
-    let d = Box::into_raw(Dentry::new(
-        sb.cast(),
-        std::ptr::null_mut(),
-        b"/",
-        name_hash(b"/"),
-    ));
+    // SAFETY: the caller passes its live, fully built Super.
+    let d = unsafe { &*sb }
+        .dentry_cache
+        .alloc(Dentry::new(
+            sb.cast(),
+            std::ptr::null_mut(),
+            b"/",
+            name_hash(b"/"),
+        ))
+        .as_ptr();
     // SAFETY: freshly allocated, not shared yet.
     let dr = unsafe { &*d };
     // The root is its own parent, so `..` at the root stays there.
@@ -73,12 +79,15 @@ pub(crate) fn d_alloc_hashed(
 ) -> *mut Dentry {
     let hash = name_hash(name);
     loop {
-        let d = Box::into_raw(Dentry::new(
-            std::ptr::from_ref(sb).cast(),
-            parent,
-            name,
-            hash,
-        ));
+        let d = sb
+            .dentry_cache
+            .alloc(Dentry::new(
+                std::ptr::from_ref(sb).cast(),
+                parent,
+                name,
+                hash,
+            ))
+            .as_ptr();
         // SAFETY: freshly allocated.
         let dr = unsafe { &*d };
         dr.d_time.store(cookie, Ordering::Relaxed);
@@ -136,20 +145,84 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
         .fetch_sub(1, Ordering::Relaxed);
     sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
     sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
-    // SAFETY: never published; plain Box free.
-    drop(unsafe { Box::from_raw(d) });
+    // SAFETY: never published, so nobody else can see it; it came from
+    // this Super's slab (d_alloc_hashed).
+    unsafe { sb.dentry_cache.free(NonNull::new_unchecked(d)) };
     // SAFETY: the reference we took on the parent.
     unsafe { dput(parent) };
+}
+
+/// ino -> the inode shared by all its dentries (hard links): Linux's inode
+/// hash. Each entry is the inode pointer alone, the key read through it
+/// (`Inode::ino`, immutable), so a slot costs 8 bytes instead of a
+/// `HashMap<Ino, _>`'s 16 (measured: ~18 instead of ~34 bytes per cached
+/// path, `docs/memory.md`). Used under `Super::inodes`' mutex only, on the
+/// slow paths (iget, iput, teardown).
+#[derive(Default)]
+pub(crate) struct InodeMap(HashSet<Mapped>);
+
+/// One entry: an inode that is live for as long as it is in the map (iput
+/// removes it before retiring it). Never copied out of the map.
+struct Mapped(NonNull<Inode>);
+
+impl Mapped {
+    #[inline]
+    fn ino(&self) -> &Ino {
+        // SAFETY: a mapped inode is live (see the type's docs), and `ino`
+        // never changes.
+        &unsafe { self.0.as_ref() }.ino
+    }
+}
+
+impl Hash for Mapped {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // As `Ino`'s own hash, which `Borrow` requires.
+        self.ino().hash(h);
+    }
+}
+
+impl PartialEq for Mapped {
+    fn eq(&self, other: &Mapped) -> bool {
+        self.ino() == other.ino()
+    }
+}
+
+impl Eq for Mapped {}
+
+impl Borrow<Ino> for Mapped {
+    fn borrow(&self) -> &Ino {
+        self.ino()
+    }
+}
+
+impl InodeMap {
+    fn get(&self, ino: Ino) -> Option<NonNull<Inode>> {
+        self.0.get(&ino).map(|m| m.0)
+    }
+
+    /// Map `p` under its number, replacing any inode mapped there.
+    fn insert(&mut self, p: NonNull<Inode>) {
+        self.0.replace(Mapped(p));
+    }
+
+    /// Unmap `p` if it is the inode mapped under its number.
+    fn remove(&mut self, p: NonNull<Inode>) {
+        // SAFETY: the caller's inode is live.
+        let ino = unsafe { p.as_ref() }.ino;
+        if self.get(ino) == Some(p) {
+            self.0.remove(&ino);
+        }
+    }
 }
 
 /// The inode object for `attr.ino`, shared by all its dentries; takes one
 /// dentry reference on it. Refreshes the cached attributes.
 pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&p) = map.get(&attr.ino) {
+    if let Some(p) = map.get(attr.ino) {
         // SAFETY: mapped inodes are live (removed from the map before free).
         let i = unsafe { p.as_ref() };
-        if i.kind == attr.kind {
+        if i.kind() == attr.kind {
             i.set_attr(attr);
             i.i_dentries.fetch_add(1, Ordering::Relaxed);
             i.i_nlookup.fetch_add(1, Ordering::Relaxed);
@@ -158,15 +231,14 @@ pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
         // The backend reused the number for a different object: the old
         // inode stays with its old dentries; new ones get a fresh one.
     }
-    let p = Box::into_raw(Box::new(Inode::new(attr)));
+    let p = sb.inode_cache.alloc(Inode::new(attr));
     // SAFETY: fresh.
-    unsafe { &*p }.i_dentries.store(1, Ordering::Relaxed);
+    unsafe { p.as_ref() }.i_dentries.store(1, Ordering::Relaxed);
     // SAFETY: fresh.
-    unsafe { &*p }.i_nlookup.store(1, Ordering::Relaxed);
+    unsafe { p.as_ref() }.i_nlookup.store(1, Ordering::Relaxed);
     sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
-    // SAFETY: Box::into_raw never returns null.
-    map.insert(attr.ino, unsafe { NonNull::new_unchecked(p) });
-    p
+    map.insert(p);
+    p.as_ptr()
 }
 
 /// Drop one dentry reference on an inode; at zero, unmap it, tell the
@@ -178,21 +250,34 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
     if i.i_dentries.fetch_sub(1, Ordering::Relaxed) != 1 {
         return;
     }
-    let mapped = map.get(&i.ino).map(|p| p.as_ptr()) == Some(inode);
-    if mapped {
-        map.remove(&i.ino);
-    }
+    // SAFETY: the caller's reference kept it live, so not null.
+    map.remove(unsafe { NonNull::new_unchecked(inode) });
     let nlookup = i.i_nlookup.load(Ordering::Relaxed);
     drop(map);
     sb.fs.forget(i.ino, nlookup);
-    unsafe fn free_inode(p: *mut u8) {
-        // SAFETY: retired once, after the grace period, as a Box<Inode>.
-        drop(unsafe { Box::from_raw(p as *mut Inode) });
+    /// # Safety
+    /// `p` is an inode of the Super `sb` points to, retired once, and its
+    /// grace period is over.
+    unsafe fn free_inode(p: *mut u8, sb: *const ()) {
+        // SAFETY: the Super outlives its retired objects (teardown waits
+        // for them), and the inode came from its slab (iget).
+        unsafe {
+            (*sb.cast::<Super>())
+                .inode_cache
+                .free(NonNull::new_unchecked(p.cast::<Inode>()))
+        };
     }
     sb.counters.inodes.fetch_sub(1, StdOrdering::Relaxed);
     // SAFETY: no dentry points to the inode any more and it is unmapped, so
-    // readers that start now cannot reach it; free_inode frees a Box<Inode>.
-    unsafe { sb.rcu.retire(inode as *mut u8, free_inode) };
+    // readers that start now cannot reach it; free_inode returns it to the
+    // slab of the Super passed with it.
+    unsafe {
+        sb.rcu.retire(
+            inode.cast::<u8>(),
+            std::ptr::from_ref(sb).cast(),
+            free_inode,
+        )
+    };
 }
 
 /// Bind a negative dentry to an inode (create, mkdir, ...). The caller holds
@@ -382,18 +467,27 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
 }
 
 fn retire_dentry(sb: &Super, d: *mut Dentry) {
-    unsafe fn free_dentry(p: *mut u8) {
-        let p = p as *mut Dentry;
-        // SAFETY: retired once after a grace period; the Super outlives it.
-        let sb = unsafe { &*((*p).d_sb as *const Super) };
+    /// # Safety
+    /// `p` is a dentry of the Super `sb` points to, retired once, and its
+    /// grace period is over.
+    unsafe fn free_dentry(p: *mut u8, sb: *const ()) {
+        // SAFETY: the Super outlives its retired objects (teardown waits
+        // for them).
+        let sb = unsafe { &*sb.cast::<Super>() };
         sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
-        // SAFETY: allocated as Box<Dentry> and now unreachable.
-        drop(unsafe { Box::from_raw(p) });
+        // SAFETY: allocated from this slab (d_alloc_hashed), now unreachable.
+        unsafe {
+            sb.dentry_cache
+                .free(NonNull::new_unchecked(p.cast::<Dentry>()))
+        };
     }
     sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
     // SAFETY: the dentry is unhashed and killed; no new reader can reach it;
-    // free_dentry frees a Box<Dentry>.
-    unsafe { sb.rcu.retire(d as *mut u8, free_dentry) };
+    // free_dentry returns it to the slab of the Super passed with it.
+    unsafe {
+        sb.rcu
+            .retire(d.cast::<u8>(), std::ptr::from_ref(sb).cast(), free_dentry)
+    };
 }
 
 /// Free up to `n` unused dentries, negative first. With `only_over`, stop
@@ -460,8 +554,11 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
     freed
 }
 
-/// Free every dentry and inode of a Vfs being dropped.
-pub(crate) fn teardown(sb: &Super) {
+/// Free every dentry and inode of a Vfs being dropped. Returns whether every
+/// one of them is back in its slab, those retired earlier included: `false`
+/// only when crossbeam-epoch's global collector still holds some after a
+/// bounded wait, in which case the caller must leave the Super allocated.
+pub(crate) fn teardown(sb: &Super) -> bool {
     // Nobody else can hold references (DentryRefs borrow the Vfs), so every
     // cached dentry is unused or pinned only by its children. Free them all
     // directly; order does not matter, nothing is dereferenced after.
@@ -493,25 +590,35 @@ pub(crate) fn teardown(sb: &Super) {
     for d in frees {
         sb.counters.dentries.fetch_sub(1, StdOrdering::Relaxed);
         sb.counters.allocated.fetch_sub(1, StdOrdering::Relaxed);
-        // SAFETY: exclusive; each dentry is freed once here.
-        drop(unsafe { Box::from_raw(d) });
+        // SAFETY: exclusive; each dentry is freed once here, to the slab it
+        // came from.
+        unsafe { sb.dentry_cache.free(NonNull::new_unchecked(d)) };
     }
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
     let mut seen = std::collections::HashSet::new();
     for i in inodes {
         if seen.insert(i as usize) {
             // SAFETY: exclusive; still allocated (only iput frees inodes,
-            // and these still had dentry references).
-            let ino = unsafe { &*i }.ino;
-            if map.get(&ino).map(|p| p.as_ptr()) == Some(i) {
-                map.remove(&ino);
-            }
+            // and these still had dentry references), so not null.
+            map.remove(unsafe { NonNull::new_unchecked(i) });
             sb.counters.inodes.fetch_sub(1, StdOrdering::Relaxed);
-            // SAFETY: as above; freed once thanks to `seen`.
-            drop(unsafe { Box::from_raw(i) });
+            // SAFETY: as above; freed once thanks to `seen`, to the slab
+            // it came from.
+            unsafe { sb.inode_cache.free(NonNull::new_unchecked(i)) };
         }
     }
     drop(map);
     sb.counters.negative.store(0, StdOrdering::Relaxed);
     sb.counters.unused.store(0, StdOrdering::Relaxed);
+    // Objects retired before the teardown: seize's `reclaim_all` (in
+    // barrier_all) freed ours; crossbeam-epoch frees them once the global
+    // epoch has moved twice, which needs every pinned thread to move on.
+    for _ in 0..10_000 {
+        if sb.dentry_cache.live() == 0 && sb.inode_cache.live() == 0 {
+            return true;
+        }
+        sb.rcu.nudge();
+        crate::sync::yield_now();
+    }
+    false
 }

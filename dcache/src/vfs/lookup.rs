@@ -169,7 +169,7 @@ impl Vfs {
     /// attributes and update the cached copy only when they differ.
     fn refresh_attr(&self, inode: &Inode, cached: Attr) -> Result<Attr> {
         let a = self.sb().fs.getattr(inode.ino)?;
-        if a != cached && a.kind == inode.kind {
+        if a != cached && a.kind == inode.kind() {
             inode.set_attr(&a);
         }
         Ok(a)

@@ -24,7 +24,6 @@ mod rcu_walk;
 mod ref_walk;
 mod section;
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -36,6 +35,7 @@ use crate::fs::{Attr, FileSystem, FileType, Ino};
 use crate::inode::Inode;
 use crate::rcu::{Rcu, Reclaim};
 use crate::seqcount::SeqCount;
+use crate::slab::Slab;
 use crate::table::Table;
 
 pub use as_cred::{AsCred, AT_EACCESS};
@@ -144,7 +144,12 @@ pub(crate) struct Super {
     /// Serialises renames (the writer side of `rename_seq`).
     pub(crate) rename_lock: Mutex<()>,
     /// ino -> the inode object shared by all its dentries (hard links).
-    pub(crate) inodes: Mutex<HashMap<Ino, NonNull<Inode>>>,
+    pub(crate) inodes: Mutex<dcache::InodeMap>,
+    /// Where every dentry and inode of this Vfs lives (Linux's
+    /// `dentry_cache` and `inode_cache` slabs). After `rcu`, so that they
+    /// are dropped after it.
+    pub(crate) dentry_cache: Slab<Dentry>,
+    pub(crate) inode_cache: Slab<Inode>,
     pub(crate) lru: Mutex<dcache::Lru>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) config: Config,
@@ -355,7 +360,9 @@ impl Vfs {
             rcu: Rcu::new(config.reclaim),
             rename_seq: SeqCount::new(),
             rename_lock: Mutex::new(()),
-            inodes: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(dcache::InodeMap::default()),
+            dentry_cache: Slab::new(),
+            inode_cache: Slab::new(),
             lru: Mutex::new(dcache::Lru::default()),
             counters: Arc::new(Counters::default()),
             config,
@@ -441,9 +448,16 @@ impl Vfs {
 
 impl Drop for Vfs {
     fn drop(&mut self) {
-        dcache::teardown(self.sb());
-        // SAFETY: teardown freed every dentry (nothing points at the Super
-        // any more) and the pointer came from Box::into_raw in with_config.
+        if !dcache::teardown(self.sb()) {
+            // Objects retired to crossbeam-epoch's global collector are
+            // still waiting for the epoch to move (another thread sits in
+            // a read section); their free callbacks will use the Super and
+            // its slabs, so both are left allocated.
+            return;
+        }
+        // SAFETY: teardown freed every dentry and inode, retired ones
+        // included (nothing points at the Super any more), and the pointer
+        // came from Box::into_raw in with_config.
         drop(unsafe { Box::from_raw(self.sb.as_ptr()) });
     }
 }

@@ -112,7 +112,7 @@ impl Vfs {
             ..SetAttr::default()
         };
         if let Ok(a) = self.sb().fs.setattr(inode.ino, &set, Ctx::ROOT) {
-            if a.kind == inode.kind {
+            if a.kind == inode.kind() {
                 inode.set_attr(&a);
             }
         }
@@ -230,14 +230,14 @@ impl Vfs {
         flags: i32,
     ) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        open_type(i.kind, flags)?;
+        open_type(i.kind(), flags)?;
         if flags & libc::O_PATH == 0 {
             generic_permission(cred, i.perm(), open_mask(flags))?;
         }
         let mut f = self.open_checked(d, i, flags)?;
         f.kill_priv = !cred.has(Caps::FSETID);
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
+        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
             self.kill_priv(i);
         }
         Ok(f)
@@ -247,7 +247,7 @@ impl Vfs {
     /// type checks and no permission check.
     pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        open_type(i.kind, flags)?;
+        open_type(i.kind(), flags)?;
         self.open_checked(d, i, flags)
     }
 
@@ -259,7 +259,7 @@ impl Vfs {
         flags: i32,
     ) -> Result<OpenFile<'v>> {
         // Linux truncates with O_RDONLY too (open checked write permission).
-        if flags & libc::O_TRUNC != 0 && i.kind == FileType::Regular {
+        if flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
             let set = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()

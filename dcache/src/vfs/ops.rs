@@ -67,7 +67,7 @@ impl Vfs {
             self.walk_ref(at, parent_path, true, false, cred)?
         };
         match parent.inode() {
-            Some(i) if i.kind == FileType::Directory => {
+            Some(i) if i.kind() == FileType::Directory => {
                 if !name.is_empty() {
                     may_search(cred, i.perm())?;
                 }
@@ -81,7 +81,7 @@ impl Vfs {
     /// Re-read an inode's attributes from the backend after a change.
     pub(crate) fn refresh(&self, inode: &Inode) {
         if let Ok(a) = self.sb().fs.getattr(inode.ino) {
-            if a.kind == inode.kind {
+            if a.kind == inode.kind() {
                 inode.set_attr(&a);
             }
         }
@@ -304,7 +304,7 @@ impl Vfs {
     /// the inode after the first read.
     pub fn readlink_dentry(&self, d: &DentryRef<'_>) -> Result<Vec<u8>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        if i.kind != FileType::Symlink {
+        if i.kind() != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
         self.read_link(i)
@@ -368,7 +368,7 @@ impl Vfs {
         let inode = old.inode().ok_or(Errno::ENOENT)?;
         let fs = &self.sb().fs;
         let ino = inode.ino;
-        let kind = inode.kind;
+        let kind = inode.kind();
         let pre = || {
             let p = inode.perm();
             if !permission::may_hardlink(cred, p, kind == FileType::Regular) {
@@ -459,7 +459,7 @@ impl Vfs {
         let d = self.lookup_one(&parent, name, true)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         may_delete(cred, dir.perm(), inode.perm().uid)?;
-        let is_dir = inode.kind == FileType::Directory;
+        let is_dir = inode.kind() == FileType::Directory;
         if dir_op {
             if !is_dir {
                 return Err(Errno::ENOTDIR);
@@ -543,7 +543,7 @@ impl Vfs {
         let od = self.lookup_one(&op, oname, true)?;
         let oinode = od.inode().ok_or(Errno::ENOENT)?;
         let nd = self.lookup_one(&np, nname, true)?;
-        if (otrail || ntrail) && oinode.kind != FileType::Directory {
+        if (otrail || ntrail) && oinode.kind() != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         if flags.exchange && nd.is_negative() {
@@ -556,7 +556,7 @@ impl Vfs {
         // directory may not move into itself or below itself (EINVAL), and
         // the target may not be an ancestor of the source (ENOTEMPTY; EINVAL
         // for an exchange). Parents cannot change under the rename lock.
-        if oinode.kind == FileType::Directory && is_ancestor_or_self(od.dentry(), np.dentry()) {
+        if oinode.kind() == FileType::Directory && is_ancestor_or_self(od.dentry(), np.dentry()) {
             return Err(Errno::EINVAL);
         }
         if !nd.is_negative() && is_ancestor_or_self(nd.dentry(), op.dentry()) {
@@ -578,11 +578,11 @@ impl Vfs {
             None => may_create(cred, ndir.perm())?,
         }
         if !same_dir {
-            if oinode.kind == FileType::Directory {
+            if oinode.kind() == FileType::Directory {
                 generic_permission(cred, oinode.perm(), MAY_WRITE)?;
             }
             if let Some(ni) = nd.inode() {
-                if flags.exchange && ni.kind == FileType::Directory {
+                if flags.exchange && ni.kind() == FileType::Directory {
                     generic_permission(cred, ni.perm(), MAY_WRITE)?;
                 }
             }
@@ -722,7 +722,7 @@ impl Vfs {
     ) -> Result<()> {
         let d = self.lookup_as(cred, at, path, true)?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        if i.kind != FileType::Directory {
+        if i.kind() != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         generic_permission(cred, i.perm(), MAY_READ)?;
@@ -738,7 +738,7 @@ impl Vfs {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> Result<()> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
-        if i.kind != FileType::Directory {
+        if i.kind() != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         self.sb().fs.readdir(i.ino, offset, emit)
@@ -787,7 +787,7 @@ impl Vfs {
         let p = i.perm();
         let mut set = *set;
         if set.size.is_some() && !via_writable_fd {
-            if i.kind == FileType::Directory {
+            if i.kind() == FileType::Directory {
                 return Err(Errno::EISDIR);
             }
             generic_permission(cred, p, MAY_WRITE)?;
@@ -817,7 +817,7 @@ impl Vfs {
     pub fn setattr_dentry(&self, d: &DentryRef<'_>, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         let a = self.sb().fs.setattr(i.ino, set, ctx)?;
-        if a.kind == i.kind {
+        if a.kind == i.kind() {
             i.set_attr(&a);
         }
         Ok(a)
@@ -829,7 +829,7 @@ impl Vfs {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         if self.sb().revalidate {
             let a = self.sb().fs.getattr(i.ino)?;
-            if a.kind == i.kind {
+            if a.kind == i.kind() {
                 i.set_attr(&a);
             }
             return Ok(a);
@@ -863,11 +863,13 @@ fn is_ancestor_or_self(anc: &Dentry, d: &Dentry) -> bool {
 }
 
 fn retire_ext(sb: &Super, p: *mut ExtName) {
-    unsafe fn free_ext(p: *mut u8) {
+    /// # Safety
+    /// `p` is a retired `Box<ExtName>` whose grace period is over.
+    unsafe fn free_ext(p: *mut u8, _: *const ()) {
         // SAFETY: retired once after a grace period; allocated as a Box.
         drop(unsafe { Box::from_raw(p as *mut ExtName) });
     }
     // SAFETY: the name was swapped out under d_seq; readers that start now
     // see the new one; free_ext frees a Box<ExtName>.
-    unsafe { sb.rcu.retire(p as *mut u8, free_ext) };
+    unsafe { sb.rcu.retire(p as *mut u8, std::ptr::null(), free_ext) };
 }

@@ -14,7 +14,7 @@ use super::{At, Super, Vfs};
 use crate::cred::Cred;
 use crate::dentry::{Dentry, D_HASHED};
 use crate::errno::Errno;
-use crate::fs::{FileType, Validity, NAME_MAX};
+use crate::fs::{Validity, NAME_MAX};
 use crate::inode::Inode;
 use crate::permission::{generic_permission, search_for_all, MAY_EXEC};
 use crate::rcu::RcuGuard;
@@ -69,7 +69,7 @@ enum Step<'t> {
 
 #[inline(always)]
 fn is_dir(d: &Dentry) -> bool {
-    inode_of(d).is_some_and(|i| i.kind == FileType::Directory)
+    inode_of(d).is_some_and(|i| i.is_dir())
 }
 
 impl Vfs {
@@ -277,9 +277,10 @@ impl Vfs {
             }
             return Step::End(validated(dd, dseq, Errno::ENOENT));
         };
-        match inode.kind {
-            FileType::Directory => Step::Enter(d, dseq, true),
-            FileType::Symlink if !c.last || st.follow_last || c.must_dir => {
+        // The type from the mode's S_IFMT bits (fixed for the inode's life).
+        match inode.mode() & libc::S_IFMT {
+            libc::S_IFDIR => Step::Enter(d, dseq, true),
+            libc::S_IFLNK if !c.last || st.follow_last || c.must_dir => {
                 let Some(target) = inode.cached_link() else {
                     return Step::End(RcuWalk::Fallback);
                 };

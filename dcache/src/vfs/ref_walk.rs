@@ -9,7 +9,7 @@ use super::{At, DentryRef, Super, Vfs};
 use crate::cred::Cred;
 use crate::dentry::{name_hash, Dentry, D_HASHED};
 use crate::errno::{Errno, Result};
-use crate::fs::{FileType, Validity, NAME_MAX};
+use crate::fs::{Validity, NAME_MAX};
 use crate::inode::Inode;
 use crate::permission::may_search;
 use crate::table::RcuHit;
@@ -42,7 +42,7 @@ impl Vfs {
             let Some(dir) = cur.inode() else {
                 return Err(Errno::ENOENT);
             };
-            if dir.kind != FileType::Directory {
+            if !dir.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
             may_search(cred, dir.perm())?;
@@ -66,7 +66,7 @@ impl Vfs {
                 }
                 return Err(Errno::ENOENT);
             };
-            if inode.kind == FileType::Symlink && (!last || follow_last || must_dir) {
+            if inode.is_symlink() && (!last || follow_last || must_dir) {
                 let target = self.read_link(inode)?;
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
@@ -77,7 +77,7 @@ impl Vfs {
                 comps.push_link_owned(target)?;
                 continue;
             }
-            if must_dir && inode.kind != FileType::Directory {
+            if must_dir && !inode.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
             cur = d;
@@ -161,7 +161,7 @@ impl Vfs {
         let Some(dir) = parent.inode() else {
             return Err(Errno::ENOENT);
         };
-        if dir.kind != FileType::Directory {
+        if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let hash = name_hash(name);
