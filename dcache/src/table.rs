@@ -15,6 +15,7 @@
 //! never meet a resize.
 
 use crate::dentry::{hash_len, Dentry, D_KILLED};
+use crate::rcu::RcuGuard;
 use crate::sync::{spin_hint, yield_now, AtomicPtr, Ordering};
 
 const LOCK_BIT: usize = 1;
@@ -25,10 +26,11 @@ pub(crate) struct Table {
 }
 
 /// What a lockless lookup found.
-pub(crate) enum RcuHit {
+pub(crate) enum RcuHit<'g> {
     /// A dentry with a matching parent and name; `seq` is its d_seq sampled
-    /// before the comparison (the caller re-validates it).
-    Found(*mut Dentry, u32),
+    /// before the comparison (the caller re-validates it). Borrowed from the
+    /// read section the lookup ran in.
+    Found(&'g Dentry, u32),
     /// No matching entry on the chain.
     Missing,
     /// A matching entry is mid-change (odd d_seq): the caller must fall back.
@@ -81,31 +83,39 @@ impl Table {
         unsafe { self.buckets.get_unchecked(i) }
     }
 
-    /// Lockless lookup. Must run inside an RCU read section; every pointer
-    /// returned is valid until that section ends.
+    /// Lockless lookup inside the read section `_g`: a dentry found is
+    /// borrowed for as long as that section.
     #[inline]
-    pub(crate) fn lookup_rcu(&self, parent: *const Dentry, name: &[u8], hash: u32) -> RcuHit {
-        self.lookup_rcu_word(parent, name, hash, crate::dentry::first_word(name))
+    pub(crate) fn lookup_rcu<'g>(
+        &self,
+        _g: &'g RcuGuard<'_>,
+        parent: *const Dentry,
+        name: &[u8],
+        hash: u32,
+    ) -> RcuHit<'g> {
+        self.lookup_rcu_word(_g, parent, name, hash, crate::dentry::first_word(name))
     }
 
     /// `lookup_rcu` with the name's first word already loaded (the walker
     /// has it from scanning the path).
     #[inline(always)]
-    pub(crate) fn lookup_rcu_word(
+    pub(crate) fn lookup_rcu_word<'g>(
         &self,
+        _g: &'g RcuGuard<'_>,
         parent: *const Dentry,
         name: &[u8],
         hash: u32,
         first: u64,
-    ) -> RcuHit {
+    ) -> RcuHit<'g> {
         let want = hash_len(hash, name.len());
         // SeqCst: RCU-protected pointer loads (required by seize; a plain
         // load on x86).
         let mut p = untag(self.bucket(parent, hash).load(Ordering::SeqCst));
         while !p.is_null() {
-            // SAFETY: p was reached from the table inside a read section; a
-            // removed dentry is freed only after the section ends.
-            let d = unsafe { &*p };
+            // SAFETY: p was reached from the table inside the read section
+            // `_g`; a removed dentry is freed only after the section ends, so
+            // the borrow may last as long as `_g`'s.
+            let d: &'g Dentry = unsafe { &*p };
             // Sample d_seq before comparing (as Linux's __d_lookup_rcu):
             // a match against fields read after the sample is validated by
             // the caller's later check of that same sample. Comparing first
@@ -119,7 +129,7 @@ impl Table {
                 if seq & 1 != 0 {
                     return RcuHit::Busy;
                 }
-                return RcuHit::Found(p, seq);
+                return RcuHit::Found(d, seq);
             }
             p = d.d_hash_next.load(Ordering::SeqCst);
         }
@@ -160,13 +170,18 @@ impl Table {
     /// Insert `d` unless a live entry with the same parent and name exists;
     /// returns that entry instead (the caller tries to reference it; it may
     /// be dying, in which case the caller retries).
-    pub(crate) fn insert_unique(
+    ///
+    /// # Safety
+    /// `d` is a live dentry, not on any chain, whose parent and name are
+    /// set, kept alive by the caller (a reference it owns) for the call and
+    /// freed only a grace period after a later `remove`.
+    pub(crate) unsafe fn insert_unique(
         &self,
         d: *mut Dentry,
         name: &[u8],
         hash: u32,
     ) -> Option<*mut Dentry> {
-        // SAFETY: the caller owns a reference to d.
+        // SAFETY: the caller keeps d alive (contract above).
         let dr = unsafe { &*d };
         let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
         let b = self.bucket(parent, hash);
@@ -195,8 +210,12 @@ impl Table {
 
     /// Insert without a duplicate check (rename re-hashing a dentry whose
     /// target name the caller already cleared).
-    pub(crate) fn insert(&self, d: *mut Dentry) {
-        // SAFETY: the caller owns a reference to d.
+    ///
+    /// # Safety
+    /// As [`Table::insert_unique`]; and no live entry with `d`'s parent and
+    /// name may be on the table.
+    pub(crate) unsafe fn insert(&self, d: *mut Dentry) {
+        // SAFETY: the caller keeps d alive (contract above).
         let dr = unsafe { &*d };
         let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
         let hash = (dr.d_hash_len.load(Ordering::Relaxed) >> 32) as u32;
@@ -209,8 +228,13 @@ impl Table {
 
     /// Unlink `d` from its chain (found from its current parent and hash).
     /// Its own `next` stays intact for readers standing on it.
-    pub(crate) fn remove(&self, d: *mut Dentry) {
-        // SAFETY: the caller owns a reference to d or holds its d_lock.
+    ///
+    /// # Safety
+    /// `d` is on this table, kept alive by the caller (a reference, or its
+    /// `d_lock` held), and its parent and name are those it was inserted
+    /// with; it is freed only a grace period after this returns.
+    pub(crate) unsafe fn remove(&self, d: *mut Dentry) {
+        // SAFETY: the caller keeps d alive (contract above).
         let dr = unsafe { &*d };
         let parent = dr.d_parent.load(Ordering::Relaxed) as *const Dentry;
         let hash = (dr.d_hash_len.load(Ordering::Relaxed) >> 32) as u32;

@@ -70,7 +70,11 @@ pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
 /// bound to `attr` (`None`: negative), and hash it. If another thread hashed
 /// the same name first, ours is discarded and theirs is returned. The result
 /// carries one reference for the caller.
-pub(crate) fn d_alloc_hashed(
+///
+/// # Safety
+/// `parent` is a live directory dentry of `sb` on which the caller holds a
+/// reference for the whole call (the child takes one of its own).
+pub(crate) unsafe fn d_alloc_hashed(
     sb: &Super,
     parent: *mut Dentry,
     name: &[u8],
@@ -107,7 +111,9 @@ pub(crate) fn d_alloc_hashed(
             sb.counters.negative.fetch_add(1, StdOrdering::Relaxed);
         }
         let g = sb.rcu.read_lock();
-        match sb.table.insert_unique(d, name, hash) {
+        // SAFETY: d is ours (one reference), off every chain, with parent
+        // and name set; it is freed only through retire_dentry.
+        match unsafe { sb.table.insert_unique(d, name, hash) } {
             None => return d,
             Some(existing) => {
                 // Lost the race: undo ours (never published, so free now).
@@ -338,7 +344,9 @@ fn unhash_locked(sb: &Super, d: &Dentry, _g: &LockRefGuard<'_>) {
     if d.flags() & D_HASHED == 0 {
         return;
     }
-    sb.table.remove(d as *const Dentry as *mut Dentry);
+    // SAFETY: D_HASHED says d is on the table; the caller's d_lock (`_g`)
+    // keeps it alive and stops a rename from moving it meanwhile.
+    unsafe { sb.table.remove(d as *const Dentry as *mut Dentry) };
     d.clear_flags(D_HASHED);
     // Every rcu-walker that sampled d_seq before now will fail its check.
     d.d_seq.invalidate();
@@ -461,12 +469,20 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
         .d_children
         .fetch_sub(1, Ordering::Relaxed);
     if !listed {
-        retire_dentry(sb, dp);
+        // SAFETY: killed, unhashed and not on the LRU: nothing can reach
+        // it but readers already inside a read section.
+        unsafe { retire_dentry(sb, dp) };
     }
     parent
 }
 
-fn retire_dentry(sb: &Super, d: *mut Dentry) {
+/// Free `d` a grace period from now.
+///
+/// # Safety
+/// `d` is a dentry of `sb`, killed and unhashed, that no reference, list
+/// or table entry reaches any more (only readers already inside a read
+/// section may still see it), retired once.
+unsafe fn retire_dentry(sb: &Super, d: *mut Dentry) {
     /// # Safety
     /// `p` is a dentry of the Super `sb` points to, retired once, and its
     /// grace period is over.
@@ -525,7 +541,9 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
         if d.flags() & D_KILLED != 0 {
             // Killed while listed: its memory was left to us.
             drop(g);
-            retire_dentry(sb, p.as_ptr());
+            // SAFETY: killed (unhashed) and now off the LRU, whose list was
+            // its last owner.
+            unsafe { retire_dentry(sb, p.as_ptr()) };
             freed += 1;
             continue;
         }

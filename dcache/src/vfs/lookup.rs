@@ -126,9 +126,7 @@ impl Vfs {
         match self.walk_rcu(g, at, path, follow, false, cred) {
             RcuWalk::Err(e) => return Some(Err(e)),
             RcuWalk::Fallback => {}
-            RcuWalk::Done(d, seq) => {
-                // SAFETY: found inside the read section.
-                let dd = unsafe { &*d };
+            RcuWalk::Done(dd, seq) => {
                 match mode {
                     StatMode::RefFree => {
                         if let Some(inode) = inode_of(dd) {
@@ -145,8 +143,7 @@ impl Vfs {
                     StatMode::LockRef => {
                         // Linux's complete_walk: a real reference on the
                         // last component, then dput.
-                        if dd.d_lockref.get_not_dead() {
-                            let r = DentryRef::from_counted(d);
+                        if let Some(r) = DentryRef::try_get(dd) {
                             if !dd.d_seq.read_retry(seq) {
                                 let Some(inode) = r.inode() else {
                                     return Some(Err(Errno::ENOENT));
@@ -201,11 +198,8 @@ impl Vfs {
             match self.walk_rcu(&g, at, path, follow, false, cred) {
                 RcuWalk::Err(e) => return Err(e),
                 RcuWalk::Fallback => {}
-                RcuWalk::Done(d, seq) => {
-                    // SAFETY: found inside the read section.
-                    let dd = unsafe { &*d };
-                    if dd.d_lockref.get_not_dead() {
-                        let r = DentryRef::from_counted(d);
+                RcuWalk::Done(dd, seq) => {
+                    if let Some(r) = DentryRef::try_get(dd) {
                         if !dd.d_seq.read_retry(seq) && !r.is_negative() {
                             return Ok(r);
                         }
@@ -252,10 +246,7 @@ impl Vfs {
         match self.walk_rcu(&g, at, path, false, false, cred) {
             RcuWalk::Err(e) => Some(Err(e)),
             RcuWalk::Fallback => None,
-            RcuWalk::Done(d, seq) => {
-                // SAFETY: found inside the read section, which lasts until
-                // `g` drops, after `claim` returns.
-                let dd = unsafe { &*d };
+            RcuWalk::Done(dd, seq) => {
                 let a = inode_of(dd)?.try_attr()?;
                 // The attributes belong to the name only if the dentry did
                 // not change since the walk sampled it.

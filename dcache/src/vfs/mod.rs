@@ -231,11 +231,29 @@ unsafe impl Sync for DentryRef<'_> {}
 
 impl<'v> DentryRef<'v> {
     /// Wrap a dentry whose reference the caller transfers to us.
-    pub(crate) fn from_counted(d: *mut Dentry) -> DentryRef<'v> {
+    ///
+    /// # Safety
+    /// `d` must be a dentry of the `Vfs` borrowed for `'v` whose count
+    /// includes one reference that the caller gives up to the result (it
+    /// will be dropped once, by the result's `dput`).
+    pub(crate) unsafe fn from_counted(d: NonNull<Dentry>) -> DentryRef<'v> {
         DentryRef {
-            d: NonNull::new(d).expect("null dentry"),
+            d,
             _vfs: PhantomData,
         }
+    }
+
+    /// A new reference to `d` (Linux `lockref_get_not_dead`), or `None`
+    /// if it is dying. `d` is borrowed from a read section or a reference,
+    /// so it is allocated; a live one cannot be freed while we count it.
+    #[inline]
+    pub(crate) fn try_get(d: &Dentry) -> Option<DentryRef<'v>> {
+        if !d.d_lockref.get_not_dead() {
+            return None;
+        }
+        // SAFETY: the reference just taken is handed to the result; `d` is
+        // a dentry of this Vfs (every dentry the crate hands out is).
+        Some(unsafe { DentryRef::from_counted(NonNull::from(d)) })
     }
 
     /// The dentry itself.
@@ -411,7 +429,8 @@ impl Vfs {
         // SAFETY: the root lives as long as the Vfs.
         let r = unsafe { &*root };
         r.d_lockref.get();
-        DentryRef::from_counted(root)
+        // SAFETY: the reference just taken, on this Vfs's root.
+        unsafe { DentryRef::from_counted(NonNull::from(r)) }
     }
 
     /// Re-own a reference given away with [`DentryRef::into_raw`].
@@ -422,7 +441,9 @@ impl Vfs {
     // For dcache-fuse; not part of the supported API.
     #[doc(hidden)]
     pub unsafe fn dentry_from_raw(&self, p: *const Dentry) -> DentryRef<'_> {
-        DentryRef::from_counted(p as *mut Dentry)
+        let p = NonNull::new(p.cast_mut()).expect("null dentry");
+        // SAFETY: the caller gives back a reference `into_raw` gave away.
+        unsafe { DentryRef::from_counted(p) }
     }
 
     /// Take one more reference on a dentry reached through a raw pointer
@@ -436,7 +457,9 @@ impl Vfs {
     pub unsafe fn dget_raw(&self, p: *const Dentry) -> DentryRef<'_> {
         // SAFETY: the caller guarantees p is alive.
         unsafe { &*p }.d_lockref.get();
-        DentryRef::from_counted(p as *mut Dentry)
+        let p = NonNull::new(p.cast_mut()).expect("null dentry");
+        // SAFETY: the reference just taken.
+        unsafe { DentryRef::from_counted(p) }
     }
 
     /// Free up to `n` unused dentries (negative ones first); returns how

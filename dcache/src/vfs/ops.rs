@@ -58,10 +58,7 @@ impl Vfs {
         let parent = if parent_path.is_empty() {
             match at {
                 At::Root => self.root(),
-                At::Dir(d) => {
-                    d.d_lockref.get();
-                    DentryRef::from_counted(d as *const Dentry as *mut Dentry)
-                }
+                At::Dir(d) => DentryRef::try_get(d).ok_or(Errno::ENOENT)?,
             }
         } else {
             self.walk_ref(at, parent_path, true, false, cred)?
@@ -624,7 +621,9 @@ impl Vfs {
         let g = dd.d_lockref.lock();
         let hashed = dd.flags() & D_HASHED != 0;
         if hashed {
-            sb.table.remove(d.as_ptr());
+            // SAFETY: hashed under its old parent and name; our reference
+            // and d_lock keep it, and the rename lock keeps others off it.
+            unsafe { sb.table.remove(d.as_ptr()) };
         }
         dd.d_seq.write_begin();
         let old_parent = dd.d_parent.swap(new_parent.as_ptr(), Ordering::SeqCst);
@@ -635,7 +634,9 @@ impl Vfs {
         );
         dd.d_seq.write_end();
         if hashed {
-            sb.table.insert(d.as_ptr());
+            // SAFETY: removed above, now with its new parent and name; the
+            // target name was cleared by the caller (no live duplicate).
+            unsafe { sb.table.insert(d.as_ptr()) };
         }
         drop(g);
         if let Some(p) = old_ext {
@@ -663,7 +664,9 @@ impl Vfs {
         let g2 = second.d_lockref.lock();
         for x in [a, b] {
             if x.dentry().flags() & D_HASHED != 0 {
-                sb.table.remove(x.as_ptr());
+                // SAFETY: hashed under its old name; our reference and both
+                // d_locks keep it, the rename lock keeps others off it.
+                unsafe { sb.table.remove(x.as_ptr()) };
             }
         }
         ad.d_seq.write_begin();
@@ -689,7 +692,9 @@ impl Vfs {
         // from a shared borrow.
         for x in [a, b] {
             if x.dentry().flags() & D_HASHED != 0 {
-                sb.table.insert(x.as_ptr());
+                // SAFETY: removed above; the exchange leaves no other live
+                // entry under either name.
+                unsafe { sb.table.insert(x.as_ptr()) };
             }
         }
         drop(g2);

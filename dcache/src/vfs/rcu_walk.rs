@@ -20,31 +20,37 @@ use crate::permission::{generic_permission, search_for_all, MAY_EXEC};
 use crate::rcu::RcuGuard;
 use crate::table::RcuHit;
 
-/// How an rcu-walk ended.
-pub(crate) enum RcuWalk {
+/// How an rcu-walk ended. `'g` is the read section it ran in: a dentry it
+/// answers with is borrowed for that long and no longer.
+pub(crate) enum RcuWalk<'g> {
     /// The final dentry and its d_seq sample, still to be validated by the
     /// caller after it reads what it needs. May be negative only when
     /// `allow_negative` was set.
-    Done(*mut Dentry, u32),
+    Done(&'g Dentry, u32),
     /// A definite answer (validated).
     Err(Errno),
     /// Give up; redo in ref-walk.
     Fallback,
 }
 
+/// `d`'s inode, borrowed as long as `d` is: a dentry borrowed from a read
+/// section (or a reference) lends its inode for as long.
 #[inline(always)]
-pub(super) fn inode_of<'g>(d: &Dentry) -> Option<&'g Inode> {
-    // SAFETY: callers are inside a read section (or hold a reference); an
-    // inode is freed only after a grace period once no dentry points to it.
+pub(super) fn inode_of(d: &Dentry) -> Option<&Inode> {
+    // SAFETY: `d` is borrowed from a read section or a counted reference;
+    // an inode is freed only a grace period after no dentry points to it,
+    // so it outlives the section (or reference) that reached it through d.
     unsafe { d.inode_ptr().as_ref() }
 }
 
 /// Where an rcu-walk stands, carried from the fast component source to the
 /// general one when a symlink must be followed.
-struct RcuState<'c> {
+struct RcuState<'c, 'g> {
+    /// The read section every dentry below is borrowed from.
+    guard: &'g RcuGuard<'g>,
     /// Who walks: search permission is checked for it on every directory.
     cred: &'c Cred,
-    cur: *mut Dentry,
+    cur: &'g Dentry,
     cur_seq: u32,
     /// A `..` was taken: the global rename sequence must be unchanged at the end.
     dotdot: bool,
@@ -54,17 +60,17 @@ struct RcuState<'c> {
 }
 
 /// What one rcu-walk step decided.
-enum Step<'t> {
+enum Step<'g> {
     /// Go on from this dentry (its d_seq sample; whether it is a directory).
-    Enter(*mut Dentry, u32, bool),
+    Enter(&'g Dentry, u32, bool),
     /// `.`: stay.
     Stay,
     /// `..`: to the parent (never above the root).
     Up,
     /// A symlink to follow: its cached target.
-    Link(&'t [u8]),
+    Link(&'g [u8]),
     /// The walk ends here.
-    End(RcuWalk),
+    End(RcuWalk<'g>),
 }
 
 #[inline(always)]
@@ -80,30 +86,31 @@ impl Vfs {
     /// walk, where it stands, to the general [`Components`] iterator. Both
     /// run the same loop and the same per-component step ([`Vfs::rcu_step`]).
     #[inline]
-    pub(crate) fn walk_rcu(
-        &self,
-        _g: &RcuGuard<'_>,
-        at: At<'_>,
+    pub(crate) fn walk_rcu<'g>(
+        &'g self,
+        g: &'g RcuGuard<'_>,
+        at: At<'g>,
         path: &[u8],
         follow_last: bool,
         allow_negative: bool,
         cred: &Cred,
-    ) -> RcuWalk {
+    ) -> RcuWalk<'g> {
         let sb = self.sb();
         let rename_seq = sb.rename_seq.raw_begin();
         if rename_seq & 1 != 0 {
             return RcuWalk::Fallback;
         }
-        let cur: *mut Dentry = match at {
-            At::Dir(d) if path.first() != Some(&b'/') => d as *const Dentry as *mut Dentry,
-            _ => sb.root(),
+        let cur: &'g Dentry = match at {
+            At::Dir(d) if path.first() != Some(&b'/') => d,
+            // SAFETY: the root lives as long as the Vfs.
+            _ => unsafe { &*sb.root() },
         };
-        // SAFETY: cur is the root or a dentry the caller holds a reference on.
-        let cur_seq = unsafe { &*cur }.d_seq.raw_begin();
+        let cur_seq = cur.d_seq.raw_begin();
         if cur_seq & 1 != 0 {
             return RcuWalk::Fallback;
         }
         let mut st = RcuState {
+            guard: g,
             cred,
             cur,
             cur_seq,
@@ -126,7 +133,12 @@ impl Vfs {
     /// The rest of an rcu-walk once a symlink must be followed: `target`
     /// first, then `rest` of the path.
     #[cold]
-    fn walk_rcu_links(&self, st: &mut RcuState<'_>, target: &[u8], rest: &[u8]) -> RcuWalk {
+    fn walk_rcu_links<'g>(
+        &'g self,
+        st: &mut RcuState<'_, 'g>,
+        target: &[u8],
+        rest: &[u8],
+    ) -> RcuWalk<'g> {
         let mut comps = Components::new(rest);
         if let Err(e) = comps.push_link_borrowed(target) {
             return RcuWalk::Err(e);
@@ -137,7 +149,11 @@ impl Vfs {
     /// rcu-walk with the general iterator (long paths, symlinks).
     #[cold]
     #[inline(never)]
-    fn walk_rcu_general(&self, st: &mut RcuState<'_>, mut comps: Components<'_>) -> RcuWalk {
+    fn walk_rcu_general<'g>(
+        &'g self,
+        st: &mut RcuState<'_, 'g>,
+        mut comps: Components<'_>,
+    ) -> RcuWalk<'g> {
         match self.rcu_loop(st, &mut comps) {
             Ok(r) => r,
             // Components follows links itself; this cannot happen.
@@ -148,20 +164,19 @@ impl Vfs {
     /// Walk the components `src` yields from `st`. `Err(target)`: a symlink
     /// to follow that `src` cannot take (the walk stands on its directory).
     #[inline(always)]
-    fn rcu_loop<'t, S: CompSource>(
-        &self,
-        st: &mut RcuState<'_>,
+    fn rcu_loop<'g, S: CompSource>(
+        &'g self,
+        st: &mut RcuState<'_, 'g>,
         src: &mut S,
-    ) -> std::result::Result<RcuWalk, &'t [u8]> {
+    ) -> std::result::Result<RcuWalk<'g>, &'g [u8]> {
         let sb = self.sb();
-        let root = sb.root();
-        // SAFETY: st.cur was reached inside the read section.
-        let mut cur_dir = is_dir(unsafe { &*st.cur });
+        // SAFETY: the root lives as long as the Vfs.
+        let root: &'g Dentry = unsafe { &*sb.root() };
+        let mut cur_dir = is_dir(st.cur);
         while let Some(comp) = src.next_comp() {
             if !cur_dir {
                 // Only directories have components after them.
-                // SAFETY: st.cur was reached inside the read section.
-                let cd = unsafe { &*st.cur };
+                let cd = st.cur;
                 let e = if inode_of(cd).is_none() {
                     Errno::ENOENT
                 } else {
@@ -178,17 +193,17 @@ impl Vfs {
                 Step::Stay => {}
                 Step::Up => {
                     st.dotdot = true;
-                    if st.cur != root {
-                        // SAFETY: st.cur was reached inside the read section.
-                        let cd = unsafe { &*st.cur };
-                        let p = cd.parent_ptr();
-                        // SAFETY: a parent outlives its children's read sections.
-                        let pd = unsafe { &*p };
+                    if !std::ptr::eq(st.cur, root) {
+                        let cd = st.cur;
+                        // SAFETY: a parent is freed only a grace period
+                        // after its last child lets it go, so it outlives
+                        // the read section that reached the child.
+                        let pd: &'g Dentry = unsafe { &*cd.parent_ptr() };
                         let ps = pd.d_seq.raw_begin();
                         if ps & 1 != 0 || cd.d_seq.read_retry(st.cur_seq) {
                             return Ok(RcuWalk::Fallback);
                         }
-                        st.cur = p;
+                        st.cur = pd;
                         st.cur_seq = ps;
                         cur_dir = is_dir(pd);
                     }
@@ -196,8 +211,7 @@ impl Vfs {
                 Step::Link(target) => {
                     if target[0] == b'/' {
                         st.cur = root;
-                        // SAFETY: the root lives as long as the Vfs.
-                        st.cur_seq = unsafe { &*root }.d_seq.raw_begin();
+                        st.cur_seq = root.d_seq.raw_begin();
                         cur_dir = true;
                     }
                     match src.push_link(target) {
@@ -219,10 +233,8 @@ impl Vfs {
     /// where the walk goes next. Nothing is trusted until the parent's
     /// `d_seq` is seen unchanged after the child was found.
     #[inline(always)]
-    fn rcu_step<'t>(&self, sb: &Super, st: &RcuState<'_>, c: &Comp<'_>) -> Step<'t> {
-        let cur = st.cur;
-        // SAFETY: st.cur was reached inside the read section.
-        let cd = unsafe { &*cur };
+    fn rcu_step<'g>(&self, sb: &Super, st: &RcuState<'_, 'g>, c: &Comp<'_>) -> Step<'g> {
+        let cd = st.cur;
         // may_lookup: search permission on the directory we stand in. A
         // directory everyone may search costs one test of a word on the
         // inode's first line, which `is_dir` just read.
@@ -246,7 +258,10 @@ impl Vfs {
                 return Step::Up;
             }
         }
-        let (d, dseq) = match sb.table.lookup_rcu_word(cur, name, c.hash, c.first) {
+        let (dd, dseq) = match sb
+            .table
+            .lookup_rcu_word(st.guard, cd, name, c.hash, c.first)
+        {
             RcuHit::Found(d, s) => (d, s),
             RcuHit::Missing | RcuHit::Busy => return Step::End(RcuWalk::Fallback),
         };
@@ -254,8 +269,6 @@ impl Vfs {
         if cd.d_seq.read_retry(st.cur_seq) {
             return Step::End(RcuWalk::Fallback);
         }
-        // SAFETY: found in the table inside the read section.
-        let dd = unsafe { &*d };
         let inode = inode_of(dd);
         if sb.revalidate && !self.rcu_revalidate(sb, cd, dd, name) {
             return Step::End(RcuWalk::Fallback);
@@ -273,13 +286,13 @@ impl Vfs {
                 return Step::End(RcuWalk::Fallback);
             }
             if c.last && st.allow_negative {
-                return Step::Enter(d, dseq, false);
+                return Step::Enter(dd, dseq, false);
             }
             return Step::End(validated(dd, dseq, Errno::ENOENT));
         };
         // The type from the mode's S_IFMT bits (fixed for the inode's life).
         match inode.mode() & libc::S_IFMT {
-            libc::S_IFDIR => Step::Enter(d, dseq, true),
+            libc::S_IFDIR => Step::Enter(dd, dseq, true),
             libc::S_IFLNK if !c.last || st.follow_last || c.must_dir => {
                 let Some(target) = inode.cached_link() else {
                     return Step::End(RcuWalk::Fallback);
@@ -295,7 +308,7 @@ impl Vfs {
                 Step::Link(target)
             }
             _ if c.must_dir => Step::End(validated(dd, dseq, Errno::ENOTDIR)),
-            _ => Step::Enter(d, dseq, false),
+            _ => Step::Enter(dd, dseq, false),
         }
     }
 
@@ -303,7 +316,12 @@ impl Vfs {
     /// a fallback when a writer interfered).
     #[cold]
     #[inline(never)]
-    fn rcu_search_denied(&self, st: &RcuState<'_>, cd: &Dentry, dir: &Inode) -> Option<RcuWalk> {
+    fn rcu_search_denied<'g>(
+        &self,
+        st: &RcuState<'_, 'g>,
+        cd: &Dentry,
+        dir: &Inode,
+    ) -> Option<RcuWalk<'g>> {
         let Some(p) = dir.try_perm() else {
             return Some(RcuWalk::Fallback);
         };
@@ -332,7 +350,7 @@ impl Vfs {
 
 /// Return `e` if `d` is unchanged since `seq`, else fall back.
 #[inline(always)]
-fn validated(d: &Dentry, seq: u32, e: Errno) -> RcuWalk {
+fn validated<'g>(d: &Dentry, seq: u32, e: Errno) -> RcuWalk<'g> {
     if d.d_seq.read_retry(seq) {
         RcuWalk::Fallback
     } else {

@@ -3,11 +3,13 @@
 //! `i_rwsem` (shared), and caching the result — negative results too, so the
 //! next miss is answered by rcu-walk.
 
-use super::dcache::{d_alloc_hashed, d_drop, dput};
+use std::ptr::NonNull;
+
+use super::dcache::{d_alloc_hashed, d_drop};
 use super::path::Components;
 use super::{At, DentryRef, Super, Vfs};
 use crate::cred::Cred;
-use crate::dentry::{name_hash, Dentry, D_HASHED};
+use crate::dentry::{name_hash, D_HASHED};
 use crate::errno::{Errno, Result};
 use crate::fs::{Validity, NAME_MAX};
 use crate::inode::Inode;
@@ -31,8 +33,7 @@ impl Vfs {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut cur = match at {
             At::Dir(d) if path.first() != Some(&b'/') => {
-                d.d_lockref.get();
-                DentryRef::from_counted(d as *const Dentry as *mut Dentry)
+                DentryRef::try_get(d).ok_or(Errno::ENOENT)?
             }
             _ => self.root(),
         };
@@ -104,13 +105,12 @@ impl Vfs {
             // SAFETY: the parent is alive while d (which pins it) is, and we
             // are in a read section in case a rename just moved d.
             let pr = unsafe { &*p };
-            if pr.d_lockref.get_not_dead() {
+            if let Some(parent) = DentryRef::try_get(pr) {
                 if d.dentry().parent_ptr() == p {
                     drop(g);
-                    return DentryRef::from_counted(p);
+                    return parent;
                 }
-                // SAFETY: the reference we just took.
-                unsafe { dput(p) };
+                // Moved meanwhile: `parent` is dropped (dput) and we retry.
             }
             drop(g);
             crate::sync::yield_now();
@@ -126,16 +126,13 @@ impl Vfs {
     ) -> Option<DentryRef<'v>> {
         let sb = self.sb();
         let g = sb.rcu.read_lock();
-        let RcuHit::Found(d, _) = sb.table.lookup_rcu(parent.as_ptr(), name, hash) else {
+        let RcuHit::Found(found, _) = sb.table.lookup_rcu(&g, parent.as_ptr(), name, hash) else {
             return None;
         };
-        // SAFETY: found inside the read section.
-        let dr = unsafe { &*d };
-        if !dr.d_lockref.get_not_dead() {
-            return None;
-        }
+        let r = DentryRef::try_get(found)?;
+        // Our reference keeps it from here on.
         drop(g);
-        let r = DentryRef::from_counted(d);
+        let dr = r.dentry();
         // With a reference held, make sure it still is that name.
         let s = dr.d_seq.read_begin();
         let ok = dr.flags() & D_HASHED != 0
@@ -188,8 +185,12 @@ impl Vfs {
             .backend_lookups
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let attr = sb.fs.lookup(dir.ino, name)?;
-        let d = d_alloc_hashed(sb, parent.as_ptr(), name, attr.as_ref(), cookie);
-        Ok(DentryRef::from_counted(d))
+        // SAFETY: `parent` is our reference on a directory of this Vfs.
+        let d = unsafe { d_alloc_hashed(sb, parent.as_ptr(), name, attr.as_ref(), cookie) };
+        let d = NonNull::new(d).ok_or(Errno::ENOMEM)?;
+        // SAFETY: d_alloc_hashed returns a dentry of this Vfs carrying one
+        // reference for the caller.
+        Ok(unsafe { DentryRef::from_counted(d) })
     }
 
     fn still_valid(&self, sb: &Super, dir: &Inode, name: &[u8], d: &DentryRef<'_>) -> bool {
