@@ -49,7 +49,7 @@ pub struct Inode {
     /// How many dentries point here (changed under the Vfs's inode-map lock).
     pub(crate) i_dentries: AtomicU32,
     /// Directory lock: shared for slow lookups, exclusive for changes.
-    pub(crate) i_rwsem: std::sync::RwLock<()>,
+    pub(crate) i_rwsem: crate::sync::RwLock<()>,
 }
 
 // The size rule, checked at build time (not under loom, whose atomics are
@@ -149,7 +149,7 @@ impl Inode {
             i_mode: AtomicU32::new(imode(attr)),
             i_seq: SeqCount::new(),
             i_dentries: AtomicU32::new(0),
-            i_rwsem: std::sync::RwLock::new(()),
+            i_rwsem: crate::sync::RwLock::new(()),
         }
     }
 

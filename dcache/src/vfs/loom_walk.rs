@@ -37,6 +37,10 @@ fn builder() -> loom::model::Builder {
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
+    // A rename takes the rename lock, the directories' i_rwsem and both
+    // lockrefs, all modelled: one execution has more branch points than
+    // loom's default 1,000.
+    b.max_branches = b.max_branches.max(20_000);
     b
 }
 

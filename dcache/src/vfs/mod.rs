@@ -26,8 +26,13 @@ mod section;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+// The counters are statistics: std atomics on purpose, outside loom's model
+// (they order nothing, and modelling them would only multiply interleavings).
+// Everything that synchronises goes through the `sync` facade.
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use crate::sync::{AtomicPtr, Mutex, Ordering};
 
 use crate::cred::Cred;
 use crate::dentry::Dentry;
