@@ -1,17 +1,20 @@
 //! `dcache mount` on the command line.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 
-use dcache_fuse::backend::Backend;
+use dcache_fuse::backend::{Backend, Custom};
 use dcache_fuse::options::MountOptions;
 use dcache_fuse::session::{serve, ServeRequest};
 
 /// Arguments of `dcache mount` (libfuse's conventions).
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
-    /// What to serve: mem, passthrough:DIR or kernfs[:mutex|rwlock|rcu].
+    /// What to serve: mem, passthrough:DIR, kernfs[:mutex|rwlock|rcu], or
+    /// etcd:ENDPOINT[,ENDPOINT..][/PREFIX] (a namespace shared by every
+    /// client of that etcd cluster and prefix; see dcache-etcd).
     #[arg(long, default_value = "mem", value_name = "BACKEND")]
     pub backend: String,
     /// Stay in the foreground (default: go to the background once mounted).
@@ -32,13 +35,33 @@ impl MountArgs {
     /// Check the arguments without mounting.
     pub fn request(&self) -> Result<ServeRequest, String> {
         Ok(ServeRequest {
-            backend: self.backend.parse()?,
+            backend: parse_backend(&self.backend)?,
             mountpoint: self.mountpoint.clone(),
             options: MountOptions::parse(&self.options)?,
             foreground: self.foreground,
             single_threaded: self.single_threaded,
         })
     }
+}
+
+/// The backends dcache-fuse knows, and `etcd:SPEC`, which is served by
+/// dcache-etcd (connected when the mount is made, in the process that
+/// serves).
+pub fn parse_backend(s: &str) -> Result<Backend, String> {
+    let Some(rest) = s.strip_prefix("etcd:") else {
+        return s.parse();
+    };
+    // Check the spec now (bad usage, exit 2); connect later.
+    dcache_etcd::parse_spec(rest).map_err(|e| format!("bad etcd spec {rest:?}: {e}"))?;
+    let spec = rest.to_string();
+    Ok(Backend::Custom(Custom::new(
+        format!("etcd:{rest}"),
+        move || {
+            let fs = dcache_etcd::EtcdFs::connect(&spec)
+                .map_err(|e| format!("cannot connect to etcd at {spec}: {e}"))?;
+            Ok(Arc::new(fs) as Arc<dyn dcache::fs::FileSystem>)
+        },
+    )))
 }
 
 /// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).
