@@ -597,3 +597,21 @@ fn mount_passthrough_vs_tmpfs() {
         format!("passthrough:{}", h.display())
     });
 }
+
+/// The etcd backend (one client): a local etcd on 127.0.0.1 (free ports,
+/// temporary data directory), killed when the test ends.
+#[test]
+fn mount_etcd_vs_tmpfs() {
+    const T: &str = "mount_etcd_vs_tmpfs";
+    if !dcache_bench::etcd::etcd_binary() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{T}: the etcd binary is missing (apt-get install etcd-server)");
+        }
+        eprintln!("SKIP {T}: no etcd binary (apt-get install etcd-server)");
+        return;
+    }
+    let server = dcache_bench::etcd::EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_spec();
+    against_mount(T, "etcd", |_| format!("etcd:{spec}"));
+    drop(server);
+}
