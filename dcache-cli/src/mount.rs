@@ -87,3 +87,31 @@ pub fn main(args: MountArgs) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_specs() {
+        let b = parse_backend("etcd:http://127.0.0.1:1,127.0.0.1:2/ns").unwrap();
+        match &b {
+            Backend::Custom(c) => assert_eq!(c.fsname, "etcd:http://127.0.0.1:1,127.0.0.1:2/ns"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.fsname(), "etcd:http://127.0.0.1:1,127.0.0.1:2/ns");
+        assert!(!b.wants_direct_io());
+        for bad in ["etcd:", "etcd:https://127.0.0.1:1", "etcd:/only/a/prefix"] {
+            assert!(parse_backend(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(parse_backend("mem"), Ok(Backend::Mem));
+    }
+
+    #[test]
+    fn etcd_unreachable_is_an_error_not_a_hang() {
+        let b = parse_backend("etcd:http://127.0.0.1:1/x").unwrap();
+        let t = std::time::Instant::now();
+        assert!(b.build().is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    }
+}

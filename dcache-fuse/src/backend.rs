@@ -233,6 +233,23 @@ mod tests {
     }
 
     #[test]
+    fn custom_backends_build_with_their_function() {
+        let c = Custom::new(
+            "my-fs",
+            || Ok(Arc::new(MemFs::new()) as Arc<dyn FileSystem>),
+        );
+        let b = Backend::Custom(c.clone());
+        assert_eq!(b.fsname(), "my-fs");
+        assert!(!b.wants_direct_io());
+        assert_eq!(b, Backend::Custom(c));
+        let other = Custom::new("my-fs", || Err("no".to_string()));
+        assert_ne!(b, Backend::Custom(other.clone()));
+        assert_eq!(Backend::Custom(other).build().err().as_deref(), Some("no"));
+        let fs = b.build().unwrap();
+        assert!(fs.getattr(fs.root()).is_ok());
+    }
+
+    #[test]
     fn kernfs_demo_tree_resolves() {
         let fs = KernFs::for_variant("rcu").unwrap();
         demo_tree(&fs).unwrap();
