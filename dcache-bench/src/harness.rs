@@ -148,6 +148,9 @@ pub(crate) fn run_case(
         }
     };
     result.memory = footprint;
+    if let Some(line) = case.summary(&result) {
+        progress.println(&format!("{name}: {line}"));
+    }
     if let Err(e) = case.teardown() {
         errors.push(format!("{name}: teardown: {e}"));
     }

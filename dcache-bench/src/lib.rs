@@ -15,6 +15,7 @@
 
 pub mod affinity;
 mod cputime;
+pub mod etcd;
 pub mod harness;
 pub mod plan;
 pub mod plot;

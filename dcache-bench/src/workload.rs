@@ -10,13 +10,14 @@
 //! Adding a workload is one file under `workloads/` and one line in the
 //! registry in `workloads/mod.rs`.
 
-use super::report::Footprint;
+use super::report::{Footprint, RunResult};
 use super::worker::{Stop, Worker};
 
 /// Where a workload runs: dcache itself (`lib`), the running kernel through
 /// real syscalls (`kernel`), or a FUSE mount served by dcache (`fuse`,
-/// `fuse-cached`). A workload lists the ones it supports.
-pub const TARGETS: &[&str] = &["lib", "kernel", "fuse", "fuse-cached"];
+/// `fuse-cached`), or dcache over dcache-etcd (`etcd`, see [`crate::etcd`]).
+/// A workload lists the ones it supports.
+pub const TARGETS: &[&str] = &["lib", "kernel", "fuse", "fuse-cached", "etcd"];
 
 /// How the harness drives a case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +46,9 @@ pub struct Options {
     /// `--cred UID:GID`: the stat and open workers act as this user (lib:
     /// through `Vfs::as_cred`; kernel: the worker thread's fsuid/fsgid).
     pub cred: Option<(u32, u32)>,
+    /// `--etcd URL`: the etcd the `etcd` target uses (default: start a
+    /// local single member for each case).
+    pub etcd: Option<String>,
 }
 
 impl Default for Options {
@@ -55,6 +59,7 @@ impl Default for Options {
             iterations: 10_000,
             paths: 100_000,
             cred: None,
+            etcd: None,
         }
     }
 }
@@ -123,6 +128,12 @@ pub trait Case: Send + Sync {
     /// What the prepared cache costs in memory, for workloads that measure
     /// it; printed once per case and kept in the run's JSON.
     fn footprint(&self) -> Option<Footprint> {
+        None
+    }
+
+    /// A line printed after the measurement, given its result (the `etcd`
+    /// target compares the rate with a round trip to etcd).
+    fn summary(&self, _result: &RunResult) -> Option<String> {
         None
     }
 

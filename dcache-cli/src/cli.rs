@@ -57,7 +57,7 @@ struct BenchArgs {
     /// Variants to compare, the first is the base [default: all].
     #[arg(long, value_name = "A,B")]
     variant: Option<String>,
-    /// Targets: lib, kernel, fuse, fuse-cached [default: lib].
+    /// Targets: lib, kernel, fuse, fuse-cached, etcd [default: lib].
     #[arg(long, value_name = "T,..")]
     target: Option<String>,
     /// Write the results as JSON.
@@ -81,6 +81,10 @@ struct BenchArgs {
     /// stat and open workloads: act as this user (lib and kernel targets).
     #[arg(long, value_name = "UID:GID", value_parser = parse_cred)]
     cred: Option<(u32, u32)>,
+    /// etcd target: the etcd to use, http://HOST:PORT (default: start a
+    /// local single member per case; needs the etcd binary).
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
 }
 
 /// `UID:GID` for `--cred`.
@@ -177,6 +181,7 @@ fn bench_main(a: BenchArgs) -> i32 {
             iterations: a.iterations,
             paths: a.paths,
             cred: a.cred,
+            etcd: a.etcd,
         },
     };
     match dcache_bench::run(&req) {

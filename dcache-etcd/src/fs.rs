@@ -40,6 +40,9 @@ const INO_BATCH: u64 = 64;
 /// statfs.
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
 const S_ISGID: u16 = 0o2000;
+/// A directory's size grows by this per entry, from two (`.` and `..`) in
+/// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
+const DIRENT: u64 = 20;
 const S_ISUID: u16 = 0o4000;
 const S_IXGRP: u16 = 0o010;
 
@@ -373,6 +376,7 @@ impl Inner {
     async fn init(&self, dl: Instant) -> Result<()> {
         let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
         root.nlink = 2;
+        root.size = 2 * DIRENT;
         let k = self.keys.inode(ROOT_INO);
         let txn_cmps = vec![absent(k.clone())];
         let ops = vec![
@@ -457,10 +461,15 @@ impl Inner {
             let mut rec = Rec::new(kind, perm, ctx.uid, gid);
             rec.rdev = rdev;
             rec.target = target.to_vec();
-            rec.size = target.len() as u64;
+            rec.size = if is_dir {
+                2 * DIRENT
+            } else {
+                target.len() as u64
+            };
             let now = rec.ctime;
             let slot = drec.next_slot;
             drec.next_slot += 1;
+            drec.size += DIRENT;
             if is_dir {
                 drec.nlink += 1;
             }
@@ -540,6 +549,7 @@ impl Inner {
             let mut recs = BTreeMap::new();
             let mut drec2 = drec.clone();
             touch_dir(&mut drec2, now);
+            drec2.size = drec2.size.saturating_sub(DIRENT);
             if dir_op {
                 drec2.nlink = drec2.nlink.saturating_sub(1);
             }
@@ -611,6 +621,7 @@ impl Inner {
             rec.ctime = now;
             let slot = drec.next_slot;
             drec.next_slot += 1;
+            drec.size += DIRENT;
             touch_dir(&mut drec, now);
             let entry = Entry {
                 ino,
@@ -831,6 +842,12 @@ impl Inner {
                 ops.push(delete(k.entry(od, on)));
                 let slot = rec!(nd).next_slot;
                 rec!(nd).next_slot += 1;
+                // od loses a name; nd gains one unless it replaces one.
+                let odr = rec!(od);
+                odr.size = odr.size.saturating_sub(DIRENT);
+                if tgt.is_none() {
+                    rec!(nd).size += DIRENT;
+                }
                 ops.push(put(
                     k.entry(nd, nn),
                     Entry {

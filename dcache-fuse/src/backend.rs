@@ -1,4 +1,7 @@
-//! Which backend a mount serves: `mem`, `passthrough:DIR`, `kernfs[:VARIANT]`.
+//! Which backend a mount serves: `mem`, `passthrough:DIR`, `kernfs[:VARIANT]`,
+//! or a [`Custom`](Backend::Custom) one that the caller builds (how
+//! `dcache mount --backend etcd:...` serves dcache-etcd without this crate
+//! depending on it).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -10,6 +13,61 @@ use dcache::fs::memfs::MemFs;
 use dcache::fs::passthrough::Passthrough;
 use dcache::fs::FileSystem;
 
+/// Makes a custom backend's file system; the error says why it cannot be
+/// served.
+pub type BuildFn = dyn Fn() -> Result<Arc<dyn FileSystem>, String> + Send + Sync;
+
+/// A backend this crate does not know: a name and a function that makes it.
+///
+/// [`session::serve`](crate::session::serve) calls the function only in
+/// the process that serves, after going to the background, so a backend may
+/// start threads (an async runtime, a watch) when it is built: `fork` keeps
+/// only the calling thread.
+#[derive(Clone)]
+pub struct Custom {
+    /// The `fsname` shown in the mount table (for etcd: the spec).
+    pub fsname: String,
+    /// Read files around the page cache (`direct_io`) unless `-o` says.
+    pub direct_io: bool,
+    /// Makes the file system.
+    pub build: Arc<BuildFn>,
+}
+
+impl Custom {
+    /// A custom backend called `fsname`, made by `build`.
+    pub fn new(
+        fsname: impl Into<String>,
+        build: impl Fn() -> Result<Arc<dyn FileSystem>, String> + Send + Sync + 'static,
+    ) -> Custom {
+        Custom {
+            fsname: fsname.into(),
+            direct_io: false,
+            build: Arc::new(build),
+        }
+    }
+}
+
+impl std::fmt::Debug for Custom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Custom")
+            .field("fsname", &self.fsname)
+            .field("direct_io", &self.direct_io)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two custom backends are equal when they are the same one (one build
+/// function) under the same name.
+impl PartialEq for Custom {
+    fn eq(&self, o: &Custom) -> bool {
+        self.fsname == o.fsname
+            && self.direct_io == o.direct_io
+            && Arc::ptr_eq(&self.build, &o.build)
+    }
+}
+
+impl Eq for Custom {}
+
 /// A backend named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -19,6 +77,10 @@ pub enum Backend {
     Passthrough(PathBuf),
     /// A small generated kernfs tree (`rwlock` variant unless named).
     KernFs(String),
+    /// Any other file system, made by the caller's function (not parsed
+    /// from a string here: the command line recognises its own prefixes,
+    /// such as `etcd:`, and builds this).
+    Custom(Custom),
 }
 
 impl FromStr for Backend {
@@ -52,17 +114,23 @@ impl Backend {
             Backend::Mem => "dcache-mem".into(),
             Backend::Passthrough(d) => d.display().to_string(),
             Backend::KernFs(_) => "dcache-kernfs".into(),
+            Backend::Custom(c) => c.fsname.clone(),
         }
     }
 
     /// Generated files report a size that is not their length: read them
     /// around the page cache.
     pub fn wants_direct_io(&self) -> bool {
-        matches!(self, Backend::KernFs(_))
+        match self {
+            Backend::KernFs(_) => true,
+            Backend::Custom(c) => c.direct_io,
+            _ => false,
+        }
     }
 
     /// Make the backend (an empty memfs, a passthrough of the directory,
-    /// or a generated kernfs tree); the error says why it cannot be served.
+    /// a generated kernfs tree, or whatever a custom backend's function
+    /// makes); the error says why it cannot be served.
     pub fn build(&self) -> Result<Arc<dyn FileSystem>, String> {
         Ok(match self {
             Backend::Mem => Arc::new(MemFs::new()),
@@ -75,6 +143,7 @@ impl Backend {
                 demo_tree(&fs).map_err(|e| format!("kernfs demo tree: {e}"))?;
                 Arc::new(fs)
             }
+            Backend::Custom(c) => (c.build)()?,
         })
     }
 }
@@ -161,6 +230,23 @@ mod tests {
         ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn custom_backends_build_with_their_function() {
+        let c = Custom::new(
+            "my-fs",
+            || Ok(Arc::new(MemFs::new()) as Arc<dyn FileSystem>),
+        );
+        let b = Backend::Custom(c.clone());
+        assert_eq!(b.fsname(), "my-fs");
+        assert!(!b.wants_direct_io());
+        assert_eq!(b, Backend::Custom(c));
+        let other = Custom::new("my-fs", || Err("no".to_string()));
+        assert_ne!(b, Backend::Custom(other.clone()));
+        assert_eq!(Backend::Custom(other).build().err().as_deref(), Some("no"));
+        let fs = b.build().unwrap();
+        assert!(fs.getattr(fs.root()).is_ok());
     }
 
     #[test]

@@ -86,37 +86,29 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
 }
 
 /// Mount, serve until unmounted, print the report. Returns the report.
+///
+/// Without `-f` the process forks first (after checking the mount point)
+/// and the child builds the backend, mounts and serves, while the parent
+/// waits until the child reports the mount made (exit 0) or failed (the
+/// child's message on stderr, exit 1). Building the backend in the child
+/// lets it start threads (dcache-etcd's runtime and watch): `fork` keeps
+/// only the calling thread.
 pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     let subtype = req.options.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
     let at = preflight(&req.mountpoint, subtype)?;
-    let backend = req.backend.build()?;
-    let vfs = Vfs::new(backend).map_err(|e| format!("backend root: {e}"))?;
-    let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
-    let fs = DcacheFs::new(vfs, cfg);
-    let report = fs.report_slot();
-    let stats = fs.stats();
-    let poll = fs.poll_slot();
-    let inval = fs.inval_slot();
-    let config = req
-        .options
-        .fuser_config(req.single_threaded, &req.backend.fsname());
     // Before any thread exists, so that every thread inherits the mask.
     let signals = signals::block()?;
-    let session = Session::new(fs, &at, &config)
-        .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
-    let own = OwnMount::record(&at)
-        .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
-    if !req.foreground {
-        daemon::detach()?;
+    let ready = if req.foreground {
+        None
+    } else {
+        Some(daemon::detach()?)
+    };
+    let started = start_serving(req, &at);
+    if let Some(r) = ready {
+        // The parent exits now: 0, or 1 with the message.
+        r.tell(started.as_ref().map(|_| ()).map_err(|m| m.as_str()));
     }
-    // After the fork: the governor thread must exist in the process that
-    // serves.
-    if let Some(w) = req.options.poll_window(req.single_threaded) {
-        let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
-        let _ = poll.set(p);
-    }
-    let session = session.spawn().map_err(|e| format!("session: {e}"))?;
-    start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
+    let (session, own, report, stats) = started?;
     let pruner = Pruner {
         notifier: session.notifier(),
         mountpoint: at,
@@ -128,6 +120,40 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         .get()
         .copied()
         .ok_or_else(|| "session ended without a report".to_string())
+}
+
+type Started = (
+    BackgroundSession,
+    OwnMount,
+    Arc<OnceLock<Report>>,
+    Arc<Stats>,
+);
+
+/// Build the backend, mount it on `at` and start the workers: everything
+/// `serve` does in the process that serves.
+fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
+    let backend = req.backend.build()?;
+    let vfs = Vfs::new(backend).map_err(|e| format!("backend root: {e}"))?;
+    let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
+    let fs = DcacheFs::new(vfs, cfg);
+    let report = fs.report_slot();
+    let stats = fs.stats();
+    let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
+    let config = req
+        .options
+        .fuser_config(req.single_threaded, &req.backend.fsname());
+    let session = Session::new(fs, at, &config)
+        .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
+    let own = OwnMount::record(at)
+        .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
+    if let Some(w) = req.options.poll_window(req.single_threaded) {
+        let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
+        let _ = poll.set(p);
+    }
+    let session = session.spawn().map_err(|e| format!("session: {e}"))?;
+    start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
+    Ok((session, own, report, stats))
 }
 
 /// Wait for a session's threads to finish, without ever letting fuser
@@ -632,10 +658,46 @@ mod signals {
 }
 
 mod daemon {
+    /// The serving child's end of the pipe its parent waits on.
+    pub struct Ready(libc::c_int);
+
+    impl Ready {
+        /// Tell the waiting parent how the mount went (it exits 0, or
+        /// prints the message and exits 1); then leave the working
+        /// directory like `fuse_daemonize`. On failure the child exits too.
+        pub fn tell(self, r: Result<(), &str>) {
+            let msg = match r {
+                Ok(()) => b"0".to_vec(),
+                Err(m) => [b"1", m.as_bytes()].concat(),
+            };
+            let mut off = 0;
+            while off < msg.len() {
+                // SAFETY: writes from a live buffer to our own pipe fd.
+                let n = unsafe { libc::write(self.0, msg[off..].as_ptr().cast(), msg.len() - off) };
+                if n <= 0 {
+                    break;
+                }
+                off += n as usize;
+            }
+            // SAFETY: our own descriptors and a static path.
+            unsafe {
+                libc::close(self.0);
+                libc::chdir(c"/".as_ptr());
+            }
+            if r.is_err() {
+                // SAFETY: the parent reports the error; nothing else is
+                // left to do here (the failed mount was dropped already).
+                unsafe { libc::_exit(1) };
+            }
+        }
+    }
+
     /// Fork into the background (libfuse's `fuse_daemonize`): the parent
-    /// exits 0 at once, without running destructors (its copy of the
-    /// session must not unmount); the child continues.
-    pub fn detach() -> Result<(), String> {
+    /// waits until the child reports through a pipe ([`Ready::tell`]),
+    /// then exits without running destructors; the child leaves the
+    /// session, points stdin and stdout at /dev/null (stderr is kept, for
+    /// the unmount report) and continues.
+    pub fn detach() -> Result<Ready, String> {
         // fork() copies only the calling thread; a helper thread's locks
         // would stay held forever in the child.
         let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
@@ -644,6 +706,11 @@ mod daemon {
                 "cannot go to the background with {threads} threads running; use -f"
             ));
         }
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds is a valid out array of two ints.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        }
         // SAFETY: single-threaded (checked above), so the child may run
         // arbitrary code.
         match unsafe { libc::fork() } {
@@ -651,8 +718,8 @@ mod daemon {
             0 => {
                 // SAFETY: plain syscalls on valid arguments.
                 unsafe {
+                    libc::close(fds[0]);
                     libc::setsid();
-                    libc::chdir(c"/".as_ptr());
                     let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
                     if null >= 0 {
                         libc::dup2(null, 0);
@@ -662,11 +729,40 @@ mod daemon {
                         }
                     }
                 }
-                Ok(())
+                Ok(Ready(fds[1]))
             }
-            // SAFETY: _exit ends the process without unwinding or
-            // destructors, which is the point.
-            _ => unsafe { libc::_exit(0) },
+            _ => {
+                // SAFETY: our own write end, which only the child keeps.
+                unsafe { libc::close(fds[1]) };
+                let mut got = Vec::new();
+                let mut buf = [0u8; 512];
+                loop {
+                    // SAFETY: reads into a live buffer of that length.
+                    let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+                    if n > 0 {
+                        got.extend_from_slice(&buf[..n as usize]);
+                    } else if n == 0
+                        || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
+                    {
+                        break;
+                    }
+                }
+                let code = match got.split_first() {
+                    Some((b'0', _)) => 0,
+                    Some((_, m)) => {
+                        eprintln!("dcache: {}", String::from_utf8_lossy(m));
+                        1
+                    }
+                    None => {
+                        eprintln!("dcache: the background process ended before mounting");
+                        1
+                    }
+                };
+                // SAFETY: _exit ends the process without unwinding or
+                // destructors, which is the point (nothing of the child's
+                // is ours to clean up).
+                unsafe { libc::_exit(code) }
+            }
         }
     }
 }

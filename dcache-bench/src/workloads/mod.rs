@@ -6,6 +6,7 @@
 
 use super::workload::Workload;
 
+mod create;
 pub mod dup;
 pub mod kernfs;
 mod lockref;
@@ -27,6 +28,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &kernfs::KERNFS_MISSING,
     &dup::DUP_CLOSE,
     &dup::FILE_SHARING,
+    &create::CREATE,
 ];
 
 /// The workload called `name`.

@@ -13,6 +13,11 @@
 //! through dcache's FUSE daemon (`fuse`: every timeout 0, so each call
 //! reaches the daemon; `fuse-cached`: libfuse's default timeouts).
 //!
+//! `etcd` (stat-same, stat-missing): the lib walk over dcache-etcd's
+//! `EtcdFs` (one client, its watch current), on an etcd the case starts
+//! (or `--etcd URL`); after the run it times 200 serializable gets from
+//! the same client and prints how many cached stats one round trip costs.
+//!
 //! Variants (lib): `reffree` — dcache's stat, no reference taken, nothing
 //! shared written; `lockref` — take and drop a LockRef reference on the last
 //! component, as Linux's complete_walk + dput; `epoch` — `reffree` with
@@ -26,6 +31,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::etcd::{round_trips, EtcdServer};
+use crate::report::RunResult;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
 use dcache::cred::Cred;
@@ -39,6 +46,7 @@ const LIB_VARIANTS: &[&str] = &["reffree", "lockref", "epoch"];
 /// stat-same also runs `section` (one read section held across stats).
 const LIB_VARIANTS_SAME: &[&str] = &["reffree", "lockref", "epoch", "section"];
 const KERNEL_VARIANTS: &[&str] = &["syscall"];
+const ETCD_VARIANTS: &[&str] = &["reffree"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -120,10 +128,16 @@ impl Workload for StatWorkload {
         VARIANTS
     }
     fn targets(&self) -> &'static [&'static str] {
-        &["lib", "kernel", "fuse", "fuse-cached"]
+        if self.op == Op::Stat && self.which != Which::Separate {
+            &["lib", "kernel", "fuse", "fuse-cached", "etcd"]
+        } else {
+            &["lib", "kernel", "fuse", "fuse-cached"]
+        }
     }
     fn variants_for(&self, target: &str) -> &'static [&'static str] {
-        if target == "lib" {
+        if target == "etcd" {
+            ETCD_VARIANTS
+        } else if target == "lib" {
             if self.which == Which::Same && self.op == Op::Stat {
                 LIB_VARIANTS_SAME
             } else {
@@ -178,6 +192,40 @@ impl Workload for StatWorkload {
                         None => Cred::root(),
                     },
                     section: v == "section",
+                }))
+            }
+            ("etcd", "reffree") => {
+                if cred.is_some() {
+                    return Err("--cred runs on the lib and kernel targets".into());
+                }
+                let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
+                let c = crate::etcd::client(&server.fresh_spec())?;
+                let ctx = dcache::Ctx::ROOT;
+                for d in ["a", "a/b", "a/b/c"] {
+                    c.vfs
+                        .mkdir(At::Root, d, 0o755, ctx)
+                        .map_err(|e| format!("mkdir {d}: {e}"))?;
+                }
+                for f in Self::files(spec.threads) {
+                    c.vfs
+                        .create(At::Root, &f, 0o644, ctx)
+                        .map_err(|e| format!("create {f}: {e}"))?;
+                }
+                for p in &paths {
+                    let _ = c.vfs.stat(At::Root, p);
+                }
+                Ok(Box::new(EtcdCase {
+                    lib: LibCase {
+                        vfs: c.vfs,
+                        paths: paths.into_iter().map(String::into_bytes).collect(),
+                        mode: StatMode::RefFree,
+                        op: self.op,
+                        expect_ok,
+                        cred: Cred::root(),
+                        section: false,
+                    },
+                    fs: c.fs,
+                    _server: server,
                 }))
             }
             ("kernel" | "fuse" | "fuse-cached", "syscall") => {
@@ -242,6 +290,46 @@ impl Case for LibCase {
             return w.run(|| s.stat_with(&self.cred, At::Root, path, true).map(|_| ()));
         }
         w.run(|| self.once(path))
+    }
+}
+
+/// stat on a `Vfs` over etcd (one client), then compared with a plain
+/// serializable get from the same client. Fields drop in order: the
+/// `Vfs`, the client, then the etcd this case started.
+struct EtcdCase {
+    lib: LibCase,
+    fs: Arc<dcache_etcd::EtcdFs>,
+    _server: EtcdServer,
+}
+
+impl Case for EtcdCase {
+    fn worker(&self, w: Worker<'_>) {
+        self.lib.worker(w)
+    }
+
+    fn summary(&self, r: &RunResult) -> Option<String> {
+        let (p50, p99) = match round_trips(&self.fs, 200) {
+            Ok(t) => t,
+            Err(e) => return Some(format!("no round trip to compare: {e}")),
+        };
+        if r.ops_per_sec <= 0.0 {
+            return Some(format!("etcd serializable get p50 {p50:?}"));
+        }
+        // What one stat costs one thread.
+        let per_stat = r.threads as f64 / r.ops_per_sec;
+        let current = if self.fs.is_current() {
+            "watch current"
+        } else {
+            "watch NOT current: stats went to etcd"
+        };
+        Some(format!(
+            "cached stat {:.0} ns per call per thread; etcd serializable get p50 {:.0} µs \
+             (p99 {:.0} µs): the cached stat is {:.0}x faster ({current})",
+            per_stat * 1e9,
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            p50.as_secs_f64() / per_stat
+        ))
     }
 }
 

@@ -1,0 +1,146 @@
+//! The `etcd` target: dcache's `Vfs` over dcache-etcd's `EtcdFs`.
+//!
+//! A case talks to the etcd given by `--etcd URL`, or else starts its own
+//! single member (the `etcd` binary on the PATH) on 127.0.0.1 with free
+//! ports and a temporary data directory, and kills it when the case ends.
+//! Without the binary the case cannot be prepared and the harness says so
+//! in one line. Every case works under a prefix of its own
+//! (`/dcache-bench-<pid>-<n>`), so runs against a shared etcd do not meet.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dcache::vfs::Vfs;
+use dcache_etcd::EtcdFs;
+
+/// An etcd to run against: one this process started (killed on drop), or
+/// the one `--etcd` named.
+pub struct EtcdServer {
+    child: Option<Child>,
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Whether `etcd --version` runs.
+pub fn etcd_binary() -> bool {
+    Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("bind: {e}"))
+}
+
+impl EtcdServer {
+    /// The etcd at `url`, or (`None`) a fresh local single member.
+    pub fn start_or_use(url: Option<&str>) -> Result<EtcdServer, String> {
+        if let Some(u) = url {
+            return Ok(EtcdServer {
+                child: None,
+                url: u.trim_end_matches('/').to_string(),
+                _dir: None,
+            });
+        }
+        if !etcd_binary() {
+            return Err("no etcd binary on the PATH (apt-get install etcd-server), \
+                        and no --etcd URL given: etcd target skipped"
+                .into());
+        }
+        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        let (cp, pp) = (free_port()?, free_port()?);
+        let client = format!("http://127.0.0.1:{cp}");
+        let peer = format!("http://127.0.0.1:{pp}");
+        let log = std::fs::File::create(dir.path().join("etcd.log"))
+            .map_err(|e| format!("etcd log: {e}"))?;
+        let child = Command::new("etcd")
+            .args(["--name", "bench"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("cannot start etcd: {e}"))?;
+        let server = EtcdServer {
+            child: Some(child),
+            url: client,
+            _dir: Some(dir),
+        };
+        // Listening is enough: a client waits for the leader itself.
+        let until = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", cp)).is_err() {
+            if Instant::now() > until {
+                return Err("the local etcd did not start listening in 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    /// A spec for a prefix of this case's own.
+    pub fn fresh_spec(&self) -> String {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        format!(
+            "{}/dcache-bench-{}-{nanos}-{}",
+            self.url,
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One client: its `EtcdFs` and the `Vfs` over it.
+pub struct Client {
+    pub fs: Arc<EtcdFs>,
+    pub vfs: Vfs,
+}
+
+/// Connect a client to `spec`.
+pub fn client(spec: &str) -> Result<Client, String> {
+    let fs = Arc::new(EtcdFs::connect(spec).map_err(|e| format!("etcd {spec}: {e}"))?);
+    let vfs = Vfs::new(fs.clone()).map_err(|e| format!("vfs: {e}"))?;
+    Ok(Client { fs, vfs })
+}
+
+/// p50 and p99 of `n` serializable gets (the round trip a cached stat
+/// saves).
+pub fn round_trips(fs: &EtcdFs, n: usize) -> Result<(Duration, Duration), String> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(
+            fs.serializable_round_trip()
+                .map_err(|e| format!("serializable get: {e}"))?,
+        );
+    }
+    v.sort();
+    Ok((v[n / 2], v[(n * 99 / 100).min(n - 1)]))
+}

@@ -1,0 +1,93 @@
+//! `create`: create throughput on etcd, one client per thread.
+//!
+//! Target `etcd` only: thread N is a client of its own (its own `EtcdFs`
+//! and `Vfs`, as on a separate host) creating new files `d/tN-K` in one
+//! shared directory, each create one etcd transaction (and, when two
+//! clients change the directory at once, a conflict and a retry). Run
+//! with `--threads 1,2` for one client and two clients on the same etcd.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::etcd::{client, Client, EtcdServer};
+use crate::report::RunResult;
+use crate::worker::Worker;
+use crate::workload::{Case, CaseSpec, Workload};
+use dcache::vfs::At;
+use dcache::Ctx;
+
+pub struct CreateWorkload;
+
+pub static CREATE: CreateWorkload = CreateWorkload;
+
+impl Workload for CreateWorkload {
+    fn name(&self) -> &'static str {
+        "create"
+    }
+    fn about(&self) -> &'static str {
+        "etcd: thread N is its own client creating files in one shared directory"
+    }
+    fn variants(&self) -> &'static [&'static str] {
+        &["excl"]
+    }
+    fn targets(&self) -> &'static [&'static str] {
+        &["etcd"]
+    }
+
+    fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
+        if spec.options.cred.is_some() {
+            return Err("--cred runs on the lib and kernel targets".into());
+        }
+        let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
+        let ns = server.fresh_spec();
+        let clients = (0..spec.threads)
+            .map(|_| client(&ns))
+            .collect::<Result<Vec<_>, _>>()?;
+        clients[0]
+            .vfs
+            .mkdir(At::Root, "d", 0o755, Ctx::ROOT)
+            .map_err(|e| format!("mkdir d: {e}"))?;
+        Ok(Box::new(CreateCase {
+            clients,
+            next: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            _server: server,
+        }))
+    }
+}
+
+/// Fields drop in order: the clients, then the etcd this case started.
+struct CreateCase {
+    clients: Vec<Client>,
+    /// Names are unique across the warm-up and the measured seconds.
+    next: AtomicU64,
+    /// Creates that failed (counted as operations by the loop; reported).
+    failed: AtomicU64,
+    _server: EtcdServer,
+}
+
+impl Case for CreateCase {
+    fn worker(&self, w: Worker<'_>) {
+        let i = w.index();
+        let vfs = &self.clients[i].vfs;
+        w.run(|| {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            if vfs
+                .create(At::Root, format!("d/t{i}-{k}"), 0o644, Ctx::ROOT)
+                .is_err()
+            {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    }
+
+    fn summary(&self, r: &RunResult) -> Option<String> {
+        let failed = self.failed.load(Ordering::Relaxed);
+        let clients = self.clients.len();
+        Some(format!(
+            "{:.0} creates/s with {clients} client{} on one etcd ({failed} failed, \
+             warm-up included)",
+            r.ops_per_sec,
+            if clients == 1 { "" } else { "s" }
+        ))
+    }
+}

@@ -1,0 +1,146 @@
+//! Two FUSE mounts of one etcd namespace: mount A is a `dcache mount
+//! --backend etcd:...` daemon, mount B is served by this process through
+//! the library (`dcache_fuse::mount` of an `EtcdFs`). A create, write,
+//! rename, chmod, link and unlink made through A must be seen through B
+//! within a bounded wait; then 200 changes measure the propagation time
+//! (A's call returned → B's `stat` shows it), printed as p50/p99.
+//!
+//! Both mounts use `-o timeout=0` (entry and attribute timeouts 0): the
+//! kernel of each mount then asks its daemon on every lookup and stat, and
+//! the daemon answers from its dentry cache, kept coherent by its etcd
+//! watch. With the default 1 s timeouts a change made elsewhere can stay
+//! invisible through a mount for up to 1 s more (the kernel's own cache;
+//! see dcache-etcd's README).
+//!
+//! Needs /dev/fuse, the right to mount, and the `etcd` binary; without
+//! them the test prints a SKIP line and passes (with `CI` set, a missing
+//! etcd fails it). etcd is started on 127.0.0.1 (free ports, a temporary
+//! data directory) and killed at the end.
+
+mod fuse_common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dcache_bench::etcd::{etcd_binary, EtcdServer};
+use fuse_common::{fuse_or_skip, in_process_watchdog, Daemon};
+
+/// Whether the etcd binary is there; under CI its absence is a failure.
+pub fn etcd_or_skip(test: &str) -> bool {
+    if etcd_binary() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
+    }
+    eprintln!("SKIP {test}: no etcd binary (apt-get install etcd-server)");
+    false
+}
+
+/// Wait (at most 10 s) until `cond` holds; returns how long it took.
+fn seen(what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: not seen through mount B within 10 s"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    start.elapsed()
+}
+
+fn mode(p: &Path) -> Option<u32> {
+    std::fs::symlink_metadata(p).ok().map(|m| m.mode() & 0o7777)
+}
+
+fn nlink(p: &Path) -> Option<u64> {
+    std::fs::symlink_metadata(p).ok().map(|m| m.nlink())
+}
+
+fn pct(v: &mut [Duration], p: usize) -> Duration {
+    v.sort();
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+#[test]
+fn two_mounts_on_one_etcd() {
+    const T: &str = "two_mounts_on_one_etcd";
+    if !fuse_or_skip(T) || !etcd_or_skip(T) {
+        return;
+    }
+    let server = EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_spec();
+    let a = Daemon::start(&format!("etcd:{spec}"), &["-o", "timeout=0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bm = dir.path().join("b");
+    std::fs::create_dir(&bm).unwrap();
+    let done = in_process_watchdog(bm.clone(), Duration::from_secs(240));
+    let fs = Arc::new(dcache_etcd::EtcdFs::connect(&spec).expect("connect"));
+    let opts = dcache_fuse::MountOptions::parse(&["timeout=0"]).unwrap();
+    let b = dcache_fuse::mount(fs, &bm, &opts).expect("mount B");
+    let (pa, pb) = (a.path(""), b.path().to_path_buf());
+
+    // Each kind of change once.
+    std::fs::write(pa.join("f1"), b"").unwrap();
+    seen("create", || pb.join("f1").exists());
+    std::fs::write(pa.join("f1"), b"hello etcd").unwrap();
+    seen("write", || {
+        std::fs::read(pb.join("f1")).is_ok_and(|d| d == b"hello etcd")
+    });
+    std::fs::rename(pa.join("f1"), pa.join("f2")).unwrap();
+    seen("rename", || {
+        !pb.join("f1").exists() && pb.join("f2").exists()
+    });
+    std::fs::set_permissions(pa.join("f2"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    seen("chmod", || mode(&pb.join("f2")) == Some(0o600));
+    std::fs::hard_link(pa.join("f2"), pa.join("f3")).unwrap();
+    seen("link", || {
+        nlink(&pb.join("f3")) == Some(2) && nlink(&pb.join("f2")) == Some(2)
+    });
+    std::fs::remove_file(pa.join("f2")).unwrap();
+    seen("unlink", || {
+        !pb.join("f2").exists() && nlink(&pb.join("f3")) == Some(1)
+    });
+    assert_eq!(std::fs::read(pb.join("f3")).unwrap(), b"hello etcd");
+    std::fs::create_dir(pa.join("d")).unwrap();
+    seen("mkdir", || pb.join("d").is_dir());
+
+    // Propagation: 100 creates and 100 chmods, each waited for on B.
+    let (mut creates, mut chmods) = (Vec::new(), Vec::new());
+    for i in 0..100 {
+        let f = format!("d/p{i}");
+        std::fs::write(pa.join(&f), b"x").unwrap();
+        creates.push(seen("create", || pb.join(&f).exists()));
+        std::fs::set_permissions(pa.join(&f), std::fs::Permissions::from_mode(0o640)).unwrap();
+        chmods.push(seen("chmod", || mode(&pb.join(&f)) == Some(0o640)));
+    }
+    let mut all: Vec<Duration> = creates.iter().chain(&chmods).copied().collect();
+    println!(
+        "two mounts, 200 changes through A seen through B: p50 {:?} p99 {:?} \
+         (creates p50 {:?} p99 {:?}; chmods p50 {:?} p99 {:?})",
+        pct(&mut all, 50),
+        pct(&mut all, 99),
+        pct(&mut creates, 50),
+        pct(&mut creates, 99),
+        pct(&mut chmods, 50),
+        pct(&mut chmods, 99)
+    );
+    // Same view from both sides at the end.
+    let names = |p: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(p.join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&pa), names(&pb));
+    b.unmount().expect("unmount B");
+    done.store(true, Ordering::SeqCst);
+    drop(a);
+    drop(server);
+}
