@@ -447,7 +447,7 @@ fn lookups_race_renames_and_unlinks() {
                 fs::write(&f, n.to_le_bytes()).unwrap();
                 fs::rename(&f, &g).unwrap();
                 fs::rename(&g, &h).unwrap();
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     fs::remove_file(&h).unwrap();
                 }
                 n += 1;
