@@ -54,7 +54,7 @@ pub struct OpenParts<T> {
 
 /// Field access common to both layouts; the fd table and `FileRef` are
 /// written once against it.
-pub trait FileRepr<T>: Send + Sync + Sized + 'static {
+pub trait FileRepr<T>: Send + Sync + Sized {
     /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1.
     fn new(parts: OpenParts<T>, mode: u32) -> Self;
     /// The reference count.
@@ -82,9 +82,9 @@ pub trait Layout: Send + Sync + 'static {
     /// The layout's name (`"split"`, `"packed"`).
     const NAME: &'static str;
     /// The file struct this layout lays out.
-    type Repr<T: Send + Sync + 'static>: FileRepr<T>;
+    type Repr<T: Send + Sync>: FileRepr<T>;
     /// Field offsets and sizes of `Repr<T>`.
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo;
+    fn describe<T: Send + Sync>() -> LayoutInfo;
 }
 
 /// The written-often fields; the rest (`f_mode` among them: it is set at
@@ -208,6 +208,20 @@ const _: () = {
     assert!(last_line(offset_of!(S, f_inode), size_of::<Ino>()) == 1);
     assert!(last_line(offset_of!(S, fh), 8) == 1);
 
+    // The open file the Vfs makes (`Vfs::open`'s `OpenFile`) fills two
+    // lines exactly: line 0 the hot part, line 1 everything read-mostly,
+    // its path (the Vfs and a dentry reference) included.
+    type O = SplitFile<crate::vfs::OpenPath<'static>>;
+    assert!(size_of::<O>() == 2 * CACHE_LINE);
+    assert!(line(offset_of!(O, f_mode)) == 1);
+    assert!(line(offset_of!(O, f_path)) == 1);
+    assert!(
+        last_line(
+            offset_of!(O, f_path),
+            size_of::<crate::vfs::OpenPath<'static>>()
+        ) == 1
+    );
+
     // packed: with a pointer-sized path, count, mode and position lock share
     // line 0 with path, ops and inode.
     type P = PackedFile<usize>;
@@ -221,7 +235,7 @@ const _: () = {
     assert!(last_line(offset_of!(P, f_pos), 8) == l);
 };
 
-impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
+impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
     fn new(p: OpenParts<T>, mode: u32) -> Self {
         SplitFile {
             hot: CacheAligned::new(FileHot {
@@ -266,7 +280,7 @@ impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
     }
 }
 
-impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
+impl<T: Send + Sync> FileRepr<T> for PackedFile<T> {
     fn new(p: OpenParts<T>, mode: u32) -> Self {
         PackedFile {
             f_path: p.path,
@@ -311,7 +325,7 @@ impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
 
 /// Layout `L` for payload `T` as `dcache layout` prints it, with the
 /// [`HOT_FIELDS`] marked.
-pub fn type_layout<T: Send + Sync + 'static, L: Layout>() -> TypeLayout {
+pub fn type_layout<T: Send + Sync, L: Layout>() -> TypeLayout {
     let info = L::describe::<T>();
     let ty = |name: &str| {
         short_type_name(match name {
@@ -357,9 +371,9 @@ fn sorted(mut fields: Vec<(&'static str, usize, usize)>) -> Vec<(&'static str, u
 
 impl Layout for Split {
     const NAME: &'static str = "split";
-    type Repr<T: Send + Sync + 'static> = SplitFile<T>;
+    type Repr<T: Send + Sync> = SplitFile<T>;
 
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+    fn describe<T: Send + Sync>() -> LayoutInfo {
         type S<T> = SplitFile<T>;
         LayoutInfo {
             layout: Self::NAME,
@@ -399,9 +413,9 @@ impl Layout for Split {
 
 impl Layout for Packed {
     const NAME: &'static str = "packed";
-    type Repr<T: Send + Sync + 'static> = PackedFile<T>;
+    type Repr<T: Send + Sync> = PackedFile<T>;
 
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+    fn describe<T: Send + Sync>() -> LayoutInfo {
         type P<T> = PackedFile<T>;
         LayoutInfo {
             layout: Self::NAME,

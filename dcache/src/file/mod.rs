@@ -12,6 +12,7 @@ mod fdtable;
 mod layout;
 
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::{Arc, PoisonError};
 
@@ -58,18 +59,18 @@ pub fn fmode_from_flags(flags: i32) -> u32 {
 
 /// A counted reference to an open file. Clone is `get_file`, drop is
 /// `fput`.
-pub struct FileRef<T: Send + Sync + 'static, L: Layout = Split> {
+pub struct FileRef<T: Send + Sync, L: Layout = Split> {
     ptr: NonNull<L::Repr<T>>,
     _owns: PhantomData<L::Repr<T>>,
 }
 
 // SAFETY: a FileRef is a shared reference to a `Repr<T>`, which is Send +
 // Sync (a `FileRepr` bound); the count it manipulates is atomic.
-unsafe impl<T: Send + Sync + 'static, L: Layout> Send for FileRef<T, L> {}
+unsafe impl<T: Send + Sync, L: Layout> Send for FileRef<T, L> {}
 // SAFETY: as above; `&FileRef` only gives `&Repr<T>`.
-unsafe impl<T: Send + Sync + 'static, L: Layout> Sync for FileRef<T, L> {}
+unsafe impl<T: Send + Sync, L: Layout> Sync for FileRef<T, L> {}
 
-impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// A new open file with count 1, mode bits from `parts.flags`.
     pub fn open(parts: OpenParts<T>) -> Self {
         let mode = fmode_from_flags(parts.flags);
@@ -244,19 +245,34 @@ impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Clone for FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> Clone for FileRef<T, L> {
     fn clone(&self) -> Self {
         // SAFETY: `self` is a held reference for the whole call.
         unsafe { Self::get_raw(self.ptr.as_ptr()) }
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Drop for FileRef<T, L> {
-    fn drop(&mut self) {
+impl<T: Send + Sync, L: Layout> FileRef<T, L> {
+    /// Drop this reference (Linux fput) and report: when it was the last,
+    /// the backend's `release` runs now and its result is returned;
+    /// otherwise `Ok(())` (the last holder releases).
+    pub fn put(self) -> Result<()> {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so its reference is given up
+        // here and only here.
+        unsafe { this.put_ref() }
+    }
+
+    /// Give up this reference; the last one releases and frees the file.
+    ///
+    /// # Safety
+    /// Called once per reference, which is not used afterwards (not even
+    /// dropped).
+    unsafe fn put_ref(&self) -> Result<()> {
         // Release: this holder's uses of the file happen before the last
         // holder frees it.
         if self.f().f_count().fetch_sub(1, Ordering::Release) != 1 {
-            return;
+            return Ok(());
         }
         // Acquire: pairs with every other holder's Release decrement.
         fence(Ordering::Acquire);
@@ -264,17 +280,26 @@ impl<T: Send + Sync + 'static, L: Layout> Drop for FileRef<T, L> {
         // the pointer came from Box::leak in `open`.
         let file = unsafe { Box::from_raw(self.ptr.as_ptr()) };
         // Linux __fput: release first, then the path goes with the file.
-        let _ = file.f_op().release(file.f_inode(), file.fh());
+        let r = file.f_op().release(file.f_inode(), file.fh());
         drop(file);
+        r
     }
 }
 
-/// Drop a file reference (Linux fput), for symmetry with `FdTable::fget`.
-pub fn fput<T: Send + Sync + 'static, L: Layout>(file: FileRef<T, L>) {
+impl<T: Send + Sync, L: Layout> Drop for FileRef<T, L> {
+    fn drop(&mut self) {
+        // SAFETY: a dropped reference is not used again.
+        let _ = unsafe { self.put_ref() };
+    }
+}
+
+/// Drop a file reference (Linux fput), for symmetry with `FdTable::fget`;
+/// [`FileRef::put`] does the same and reports the backend's release.
+pub fn fput<T: Send + Sync, L: Layout>(file: FileRef<T, L>) {
     drop(file);
 }
 
-impl<T: Send + Sync + 'static, L: Layout> std::fmt::Debug for FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> std::fmt::Debug for FileRef<T, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileRef")
             .field("layout", &L::NAME)

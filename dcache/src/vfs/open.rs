@@ -1,7 +1,8 @@
-//! Open files: [`OpenFile`] (a counted reference to the dentry plus the
-//! backend's handle) and `openat(2)` on the `Vfs`, with Linux's `may_open`
-//! checks for a credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`, and the set-id
-//! bits a write or truncate by an unprivileged caller drops.
+//! Open files: [`OpenFile`], the one open-file type (a counted reference
+//! to a split-layout [`SplitFile`] whose path is an [`OpenPath`]: the
+//! `Vfs` and a dentry reference), and `openat(2)` on the `Vfs`, with
+//! Linux's `may_open` checks for a credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`,
+//! and the set-id bits a write or truncate by an unprivileged caller drops.
 
 use super::dcache::d_instantiate;
 use super::ops::is_dot_or_dotdot;
@@ -9,94 +10,134 @@ use super::path::check_path;
 use super::{root_cred, At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::fs::{Ctx, FileType, SetAttr};
+use crate::file::{FileRef, OpenParts, Split, SplitFile};
+use crate::fs::{Ctx, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, generic_permission, may_create, open_mask};
 
-/// An open file: a counted reference to its dentry plus the backend handle.
-/// Closing (or dropping) it releases the backend handle once.
-pub struct OpenFile<'v> {
+/// The path an [`OpenFile`] was opened by (Linux's `f_path`: the mount,
+/// here the `Vfs`, and a dentry reference), plus what `write` needs from
+/// the open. Dropped with the file, after the backend's `release`.
+pub struct OpenPath<'v> {
+    dentry: DentryRef<'v>,
     vfs: &'v Vfs,
-    dentry: Option<DentryRef<'v>>,
-    ino: u64,
-    fh: u64,
-    flags: i32,
     /// Opened by a caller without CAP_FSETID: a write drops set-id bits.
     kill_priv: bool,
 }
 
+impl<'v> OpenPath<'v> {
+    /// The dentry the file was opened by.
+    pub fn dentry(&self) -> &DentryRef<'v> {
+        &self.dentry
+    }
+    /// The `Vfs` the file was opened on.
+    pub fn vfs(&self) -> &'v Vfs {
+        self.vfs
+    }
+}
+
+/// An open file: a counted reference to a split-layout file (the count,
+/// position lock and position alone on one cache line) whose path holds
+/// the dentry. `clone` is Linux's `get_file` (what `dup(2)` does to a
+/// descriptor's file); the backend's `release` runs exactly once, when the
+/// last reference is closed or dropped.
+#[derive(Clone)]
+pub struct OpenFile<'v>(FileRef<OpenPath<'v>, Split>);
+
 impl<'v> OpenFile<'v> {
     /// The dentry the file was opened by.
     pub fn dentry(&self) -> &DentryRef<'v> {
-        self.dentry.as_ref().expect("open file without dentry")
+        self.0.path().dentry()
     }
     /// The open inode's number.
-    pub fn ino(&self) -> u64 {
-        self.ino
+    pub fn ino(&self) -> Ino {
+        self.0.ino()
     }
     /// The backend's handle from [`FileSystem::open`](crate::FileSystem::open).
     pub fn fh(&self) -> u64 {
-        self.fh
+        self.0.fh()
     }
     /// The `open(2)` flags.
     pub fn flags(&self) -> i32 {
-        self.flags
+        self.0.flags()
+    }
+    /// The counted file reference itself (positioned I/O, mode bits,
+    /// count); clones of it are references to this same open file.
+    pub fn file(&self) -> &FileRef<OpenPath<'v>, Split> {
+        &self.0
+    }
+    /// The counted file reference, given up as one (for an [`FdTable`]).
+    ///
+    /// [`FdTable`]: crate::file::FdTable
+    pub fn into_file(self) -> FileRef<OpenPath<'v>, Split> {
+        self.0
+    }
+    /// Is this the same open file as `other`?
+    pub fn same_file(&self, other: &Self) -> bool {
+        self.0.same_file(&other.0)
     }
 
     /// `pread(2)`: read into `buf` at `offset`; EBADF if opened write-only.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_WRONLY {
+        if self.flags() & libc::O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
         }
-        self.vfs.sb().fs.read(self.ino, self.fh, offset, buf)
+        let path = self.0.path();
+        path.vfs.sb().fs.read(self.ino(), self.fh(), offset, buf)
     }
 
     /// `pwrite(2)`: write `data` at `offset`; EBADF if opened read-only. A
     /// caller without CAP_FSETID loses the file's set-id bits.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_RDONLY {
+        if self.flags() & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
         }
-        let n = self.vfs.sb().fs.write(self.ino, self.fh, offset, data)?;
-        if let Some(i) = self.dentry().inode() {
-            self.vfs.refresh(i);
-            if self.kill_priv {
-                self.vfs.kill_priv(i);
+        let path = self.0.path();
+        let n = path
+            .vfs
+            .sb()
+            .fs
+            .write(self.ino(), self.fh(), offset, data)?;
+        if let Some(i) = path.dentry.inode() {
+            path.vfs.refresh(i);
+            if path.kill_priv {
+                path.vfs.kill_priv(i);
             }
         }
         Ok(n)
     }
 
-    /// Release the backend handle and the dentry reference.
-    pub fn close(mut self) -> Result<()> {
-        self.release()
+    /// Drop this reference; when it is the last, release the backend
+    /// handle (its result is returned) and then the dentry reference.
+    pub fn close(self) -> Result<()> {
+        self.0.put()
     }
 
-    fn release(&mut self) -> Result<()> {
-        match self.dentry.take() {
-            Some(d) => {
-                let r = self.vfs.sb().fs.release(self.ino, self.fh);
-                drop(d);
-                r
-            }
-            None => Ok(()),
-        }
+    /// The file's address, keeping this reference (a FUSE handle holds it
+    /// as a number). Undo with [`OpenFile::from_raw`].
+    pub fn into_raw(self) -> *mut SplitFile<OpenPath<'v>> {
+        self.0.into_raw()
+    }
+
+    /// Take back a reference given away by [`OpenFile::into_raw`].
+    ///
+    /// # Safety
+    /// `p` came from `into_raw` of an `OpenFile` opened on a `Vfs` that
+    /// outlives `'v`, and that reference is not taken back again.
+    pub unsafe fn from_raw(p: *mut SplitFile<OpenPath<'v>>) -> Self {
+        // SAFETY: the caller's contract is `FileRef::from_raw`'s.
+        OpenFile(unsafe { FileRef::from_raw(p) })
     }
 }
 
 impl std::fmt::Debug for OpenFile<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenFile")
-            .field("ino", &self.ino)
-            .field("fh", &self.fh)
-            .field("flags", &self.flags)
+            .field("ino", &self.ino())
+            .field("fh", &self.fh())
+            .field("flags", &self.flags())
+            .field("count", &self.0.count())
             .finish()
-    }
-}
-
-impl Drop for OpenFile<'_> {
-    fn drop(&mut self) {
-        let _ = self.release();
     }
 }
 
@@ -234,10 +275,10 @@ impl Vfs {
         if flags & libc::O_PATH == 0 {
             generic_permission(cred, i.perm(), open_mask(flags))?;
         }
-        let mut f = self.open_checked(d, i, flags)?;
-        f.kill_priv = !cred.has(Caps::FSETID);
+        let kill_priv = !cred.has(Caps::FSETID);
+        let f = self.open_checked(d, i, flags, kill_priv)?;
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
+        if kill_priv && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
             self.kill_priv(i);
         }
         Ok(f)
@@ -248,7 +289,7 @@ impl Vfs {
     pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
-        self.open_checked(d, i, flags)
+        self.open_checked(d, i, flags, false)
     }
 
     /// The open itself, once the checks passed: O_TRUNC, then the backend.
@@ -257,6 +298,7 @@ impl Vfs {
         d: &DentryRef<'v>,
         i: &Inode,
         flags: i32,
+        kill_priv: bool,
     ) -> Result<OpenFile<'v>> {
         // Linux truncates with O_RDONLY too (open checked write permission).
         if flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
@@ -267,14 +309,17 @@ impl Vfs {
             self.setattr_dentry(d, &set, Ctx::ROOT)?;
         }
         let fh = self.sb().fs.open(i.ino, flags)?;
-        Ok(OpenFile {
-            vfs: self,
-            dentry: Some(d.clone()),
+        Ok(OpenFile(FileRef::open(OpenParts {
+            path: OpenPath {
+                dentry: d.clone(),
+                vfs: self,
+                kill_priv,
+            },
+            fs: self.sb().fs.clone(),
             ino: i.ino,
             fh,
             flags,
-            kill_priv: false,
-        })
+        })))
     }
 }
 
