@@ -291,8 +291,8 @@ fn layout_shows_file_in_both_layouts() {
     let o = dcache(&["layout", "File"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("struct SplitFile<OpenPath"), "{out}");
-    assert!(out.contains("struct PackedFile<OpenPath"), "{out}");
+    assert!(out.contains("struct SplitFile<DentryRef"), "{out}");
+    assert!(out.contains("struct PackedFile<DentryRef"), "{out}");
     assert!(!out.contains("LockRef>"), "{out}");
     assert!(
         out.contains("hot f_count: shares cache line 0 only with hot"),

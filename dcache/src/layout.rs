@@ -286,11 +286,9 @@ pub fn registry() -> Vec<TypeLayout> {
     vec![
         crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
         dentry_layout().with_hot(&["d_lockref", "d_children"]),
-        // The open file the Vfs makes (its path: the Vfs and a dentry
-        // reference), and the same payload packed, the benchmark's
-        // comparison.
-        crate::file::type_layout::<crate::vfs::OpenPath<'static>, crate::file::Split>(),
-        crate::file::type_layout::<crate::vfs::OpenPath<'static>, crate::file::Packed>(),
+        // An open file as the Vfs makes them: its path is a dentry reference.
+        crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Split>(),
+        crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Packed>(),
     ]
 }
 

@@ -429,7 +429,7 @@ fn vfs_open_file_is_the_split_file() {
     let flags = oflags::O_CREAT | oflags::O_RDWR;
     let f: OpenFile<'_> = vfs.open(At::Root, "f", flags, 0o644, Ctx::ROOT).unwrap();
     assert_eq!(f.file().mode() & (FMODE_READ | FMODE_WRITE), 3);
-    let _split: &FileRef<dcache::vfs::OpenPath<'_>, Split> = f.file();
+    let _split: &FileRef<dcache::DentryRef<'_>, Split> = f.file();
     assert_eq!(f.write(0, b"abc").unwrap(), 3);
 
     // dup: another reference to the same file; closing one releases nothing.

@@ -208,17 +208,17 @@ const _: () = {
     assert!(last_line(offset_of!(S, f_inode), size_of::<Ino>()) == 1);
     assert!(last_line(offset_of!(S, fh), 8) == 1);
 
-    // The open file the Vfs makes (`Vfs::open`'s `OpenFile`) fills two
-    // lines exactly: line 0 the hot part, line 1 everything read-mostly,
-    // its path (the Vfs and a dentry reference) included.
-    type O = SplitFile<crate::vfs::OpenPath<'static>>;
+    // The open file the Vfs makes (`Vfs::open`'s `OpenFile`, whose path is
+    // a dentry reference) takes two lines: line 0 the hot part, line 1
+    // everything read-mostly, its path included.
+    type O = SplitFile<crate::vfs::DentryRef<'static>>;
     assert!(size_of::<O>() == 2 * CACHE_LINE);
     assert!(line(offset_of!(O, f_mode)) == 1);
     assert!(line(offset_of!(O, f_path)) == 1);
     assert!(
         last_line(
             offset_of!(O, f_path),
-            size_of::<crate::vfs::OpenPath<'static>>()
+            size_of::<crate::vfs::DentryRef<'static>>()
         ) == 1
     );
 

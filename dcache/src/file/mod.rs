@@ -42,6 +42,12 @@ pub const FMODE_PATH: u32 = 0x4000;
 /// `read`/`write` serialise on `f_pos_lock` (POSIX position atomicity).
 pub const FMODE_ATOMIC_POS: u32 = 0x8000;
 
+/// dcache's own (not Linux's): opened by a caller without CAP_FSETID, so a
+/// write through the file drops the set-id bits. Linux asks the writer's
+/// credentials at write time; a file write here carries none, so the open
+/// records the answer.
+pub const FMODE_KILL_PRIV: u32 = 1 << 31;
+
 /// The mode bits an `open(2)` with `flags` gives a regular file.
 pub fn fmode_from_flags(flags: i32) -> u32 {
     if flags & libc::O_PATH != 0 {
@@ -73,7 +79,13 @@ unsafe impl<T: Send + Sync, L: Layout> Sync for FileRef<T, L> {}
 impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// A new open file with count 1, mode bits from `parts.flags`.
     pub fn open(parts: OpenParts<T>) -> Self {
-        let mode = fmode_from_flags(parts.flags);
+        Self::open_with_mode(parts, 0)
+    }
+
+    /// As [`FileRef::open`], with the `FMODE_*` bits `extra` set as well
+    /// (e.g. [`FMODE_KILL_PRIV`]).
+    pub fn open_with_mode(parts: OpenParts<T>, extra: u32) -> Self {
+        let mode = fmode_from_flags(parts.flags) | extra;
         let file = Box::new(<L::Repr<T> as FileRepr<T>>::new(parts, mode));
         FileRef {
             ptr: NonNull::from(Box::leak(file)),

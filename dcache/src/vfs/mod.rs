@@ -39,7 +39,7 @@ use crate::slab::Slab;
 use crate::table::Table;
 
 pub use as_cred::{AsCred, AT_EACCESS};
-pub use open::{OpenFile, OpenPath};
+pub use open::OpenFile;
 pub use section::{ReadSection, REFRESH_EVERY};
 
 /// The credential the `Vfs`'s own methods act with (every capability).

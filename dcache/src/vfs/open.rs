@@ -1,8 +1,8 @@
 //! Open files: [`OpenFile`], the one open-file type (a counted reference
-//! to a split-layout [`SplitFile`] whose path is an [`OpenPath`]: the
-//! `Vfs` and a dentry reference), and `openat(2)` on the `Vfs`, with
-//! Linux's `may_open` checks for a credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`,
-//! and the set-id bits a write or truncate by an unprivileged caller drops.
+//! to a split-layout [`SplitFile`] whose path is a dentry reference), and
+//! `openat(2)` on the `Vfs`, with Linux's `may_open` checks for a
+//! credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`, and the set-id bits a write or
+//! truncate by an unprivileged caller drops.
 
 use super::dcache::d_instantiate;
 use super::ops::is_dot_or_dotdot;
@@ -10,44 +10,25 @@ use super::path::check_path;
 use super::{root_cred, At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::file::{FileRef, OpenParts, Split, SplitFile};
-use crate::fs::{Ctx, FileType, Ino, SetAttr};
+use crate::file::{FileRef, OpenParts, Split, SplitFile, FMODE_KILL_PRIV};
+use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, generic_permission, may_create, open_mask};
 
-/// The path an [`OpenFile`] was opened by (Linux's `f_path`: the mount,
-/// here the `Vfs`, and a dentry reference), plus what `write` needs from
-/// the open. Dropped with the file, after the backend's `release`.
-pub struct OpenPath<'v> {
-    dentry: DentryRef<'v>,
-    vfs: &'v Vfs,
-    /// Opened by a caller without CAP_FSETID: a write drops set-id bits.
-    kill_priv: bool,
-}
-
-impl<'v> OpenPath<'v> {
-    /// The dentry the file was opened by.
-    pub fn dentry(&self) -> &DentryRef<'v> {
-        &self.dentry
-    }
-    /// The `Vfs` the file was opened on.
-    pub fn vfs(&self) -> &'v Vfs {
-        self.vfs
-    }
-}
-
 /// An open file: a counted reference to a split-layout file (the count,
-/// position lock and position alone on one cache line) whose path holds
-/// the dentry. `clone` is Linux's `get_file` (what `dup(2)` does to a
-/// descriptor's file); the backend's `release` runs exactly once, when the
-/// last reference is closed or dropped.
+/// position lock and position alone on one cache line, the read-mostly
+/// fields on the next) whose path is the dentry it was opened by, and
+/// whose `f_op` is the `Vfs`'s backend. `clone` is Linux's `get_file`
+/// (what `dup(2)` does to a descriptor's file); the backend's `release`
+/// runs exactly once, when the last reference is closed or dropped, and
+/// the dentry reference goes right after it.
 #[derive(Clone)]
-pub struct OpenFile<'v>(FileRef<OpenPath<'v>, Split>);
+pub struct OpenFile<'v>(FileRef<DentryRef<'v>, Split>);
 
 impl<'v> OpenFile<'v> {
     /// The dentry the file was opened by.
     pub fn dentry(&self) -> &DentryRef<'v> {
-        self.0.path().dentry()
+        self.0.path()
     }
     /// The open inode's number.
     pub fn ino(&self) -> Ino {
@@ -63,13 +44,13 @@ impl<'v> OpenFile<'v> {
     }
     /// The counted file reference itself (positioned I/O, mode bits,
     /// count); clones of it are references to this same open file.
-    pub fn file(&self) -> &FileRef<OpenPath<'v>, Split> {
+    pub fn file(&self) -> &FileRef<DentryRef<'v>, Split> {
         &self.0
     }
     /// The counted file reference, given up as one (for an [`FdTable`]).
     ///
     /// [`FdTable`]: crate::file::FdTable
-    pub fn into_file(self) -> FileRef<OpenPath<'v>, Split> {
+    pub fn into_file(self) -> FileRef<DentryRef<'v>, Split> {
         self.0
     }
     /// Is this the same open file as `other`?
@@ -82,8 +63,7 @@ impl<'v> OpenFile<'v> {
         if self.flags() & libc::O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
         }
-        let path = self.0.path();
-        path.vfs.sb().fs.read(self.ino(), self.fh(), offset, buf)
+        self.0.fs().read(self.ino(), self.fh(), offset, buf)
     }
 
     /// `pwrite(2)`: write `data` at `offset`; EBADF if opened read-only. A
@@ -92,16 +72,12 @@ impl<'v> OpenFile<'v> {
         if self.flags() & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
         }
-        let path = self.0.path();
-        let n = path
-            .vfs
-            .sb()
-            .fs
-            .write(self.ino(), self.fh(), offset, data)?;
-        if let Some(i) = path.dentry.inode() {
-            path.vfs.refresh(i);
-            if path.kill_priv {
-                path.vfs.kill_priv(i);
+        let fs = &**self.0.fs();
+        let n = fs.write(self.ino(), self.fh(), offset, data)?;
+        if let Some(i) = self.dentry().inode() {
+            refresh(fs, i);
+            if self.0.mode() & FMODE_KILL_PRIV != 0 {
+                kill_priv(fs, i);
             }
         }
         Ok(n)
@@ -115,7 +91,7 @@ impl<'v> OpenFile<'v> {
 
     /// The file's address, keeping this reference (a FUSE handle holds it
     /// as a number). Undo with [`OpenFile::from_raw`].
-    pub fn into_raw(self) -> *mut SplitFile<OpenPath<'v>> {
+    pub fn into_raw(self) -> *mut SplitFile<DentryRef<'v>> {
         self.0.into_raw()
     }
 
@@ -124,7 +100,7 @@ impl<'v> OpenFile<'v> {
     /// # Safety
     /// `p` came from `into_raw` of an `OpenFile` opened on a `Vfs` that
     /// outlives `'v`, and that reference is not taken back again.
-    pub unsafe fn from_raw(p: *mut SplitFile<OpenPath<'v>>) -> Self {
+    pub unsafe fn from_raw(p: *mut SplitFile<DentryRef<'v>>) -> Self {
         // SAFETY: the caller's contract is `FileRef::from_raw`'s.
         OpenFile(unsafe { FileRef::from_raw(p) })
     }
@@ -141,24 +117,33 @@ impl std::fmt::Debug for OpenFile<'_> {
     }
 }
 
-impl Vfs {
-    /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID
-    /// where group-executable (`file_remove_privs`).
-    fn kill_priv(&self, inode: &Inode) {
-        let Some(perm) = permission::mode_after_chown(inode.perm()) else {
-            return;
-        };
-        let set = SetAttr {
-            perm: Some(perm),
-            ..SetAttr::default()
-        };
-        if let Ok(a) = self.sb().fs.setattr(inode.ino, &set, Ctx::ROOT) {
-            if a.kind == inode.kind() {
-                inode.set_attr(&a);
-            }
+/// The inode's attributes again from the backend (after a write).
+fn refresh(fs: &dyn FileSystem, inode: &Inode) {
+    if let Ok(a) = fs.getattr(inode.ino) {
+        if a.kind == inode.kind() {
+            inode.set_attr(&a);
         }
     }
+}
 
+/// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID where
+/// group-executable (`file_remove_privs`).
+fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
+    let Some(perm) = permission::mode_after_chown(inode.perm()) else {
+        return;
+    };
+    let set = SetAttr {
+        perm: Some(perm),
+        ..SetAttr::default()
+    };
+    if let Ok(a) = fs.setattr(inode.ino, &set, Ctx::ROOT) {
+        if a.kind == inode.kind() {
+            inode.set_attr(&a);
+        }
+    }
+}
+
+impl Vfs {
     /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
     /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
     /// `perm` and `ctx` are the mode and owner of a file `O_CREAT` makes.
@@ -275,11 +260,11 @@ impl Vfs {
         if flags & libc::O_PATH == 0 {
             generic_permission(cred, i.perm(), open_mask(flags))?;
         }
-        let kill_priv = !cred.has(Caps::FSETID);
-        let f = self.open_checked(d, i, flags, kill_priv)?;
+        let unprivileged = !cred.has(Caps::FSETID);
+        let f = self.open_checked(d, i, flags, unprivileged)?;
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if kill_priv && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
-            self.kill_priv(i);
+        if unprivileged && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
+            kill_priv(&*self.sb().fs, i);
         }
         Ok(f)
     }
@@ -309,17 +294,15 @@ impl Vfs {
             self.setattr_dentry(d, &set, Ctx::ROOT)?;
         }
         let fh = self.sb().fs.open(i.ino, flags)?;
-        Ok(OpenFile(FileRef::open(OpenParts {
-            path: OpenPath {
-                dentry: d.clone(),
-                vfs: self,
-                kill_priv,
-            },
+        let parts = OpenParts {
+            path: d.clone(),
             fs: self.sb().fs.clone(),
             ino: i.ino,
             fh,
             flags,
-        })))
+        };
+        let extra = if kill_priv { FMODE_KILL_PRIV } else { 0 };
+        Ok(OpenFile(FileRef::open_with_mode(parts, extra)))
     }
 }
 
