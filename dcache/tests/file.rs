@@ -422,10 +422,15 @@ both_layouts!(per_thread_t, concurrent_dup_close_per_thread_tables);
 #[test]
 fn vfs_open_file_is_the_split_file() {
     use dcache::fs::memfs::MemFs;
-    use dcache::{oflags, At, Ctx, OpenFile, Vfs};
+    use dcache::{oflags, At, Config, Ctx, OpenFile, Vfs};
 
     let fs = Arc::new(MemFs::new());
-    let vfs = Vfs::new(fs.clone()).unwrap();
+    // A small table: Miri runs this too.
+    let config = Config {
+        capacity: 16,
+        ..Config::default()
+    };
+    let vfs = Vfs::with_config(fs.clone(), config).unwrap();
     let flags = oflags::O_CREAT | oflags::O_RDWR;
     let f: OpenFile<'_> = vfs.open(At::Root, "f", flags, 0o644, Ctx::ROOT).unwrap();
     assert_eq!(f.file().mode() & (FMODE_READ | FMODE_WRITE), 3);

@@ -6,9 +6,10 @@
 //! writes `f_pos`. `f_mode`, `f_op`, `f_inode` and `f_path` are written once
 //! at open and then only read, but read by every operation. When both kinds
 //! share a line, each count change on one CPU evicts the line another CPU
-//! only needed for reading. Both layouts are compiled into every binary so
-//! that one benchmark run compares them; the `const` assertions below keep
-//! each honest about what it claims.
+//! only needed for reading. `split` is the layout of every file the `Vfs`
+//! opens; both are compiled into every binary so that one benchmark run
+//! compares them; the `const` assertions below keep each honest about what
+//! it claims.
 //!
 //! `f_mode` is the field that decides it. Linux kept it next to `f_count`
 //! (the mode bits are checked together with the count: `__fget_files`

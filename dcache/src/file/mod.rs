@@ -7,6 +7,11 @@
 //! `packed` layouts differ in exactly that. The last `fput` calls the
 //! backend's `release` and drops the path payload. [`FdTable`] maps
 //! descriptors to files.
+//!
+//! This is the one open-file type: [`Vfs::open`](crate::Vfs::open)'s
+//! [`OpenFile`](crate::OpenFile) is a `FileRef<DentryRef, Split>`, and the
+//! FUSE frontend's file handles are its address. [`Packed`] is kept only as
+//! the benchmark's comparison.
 
 mod fdtable;
 mod layout;
