@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dcache::file::{
-    FdTable, FileRef, Layout, OpenParts, Packed, Split, FMODE_ATOMIC_POS, FMODE_PATH, FMODE_READ,
-    FMODE_WRITE, HOT_FIELDS,
+    FdTable, FileRef, Layout, OpenParts, Packed, Split, FMODE_ATOMIC_POS, FMODE_BORROWED_FS,
+    FMODE_PATH, FMODE_READ, FMODE_WRITE, HOT_FIELDS,
 };
 use dcache::fs::{Attr, FileSystem, Ino};
 use dcache::Errno;
@@ -432,7 +432,12 @@ fn vfs_open_file_is_the_split_file() {
     };
     let vfs = Vfs::with_config(fs.clone(), config).unwrap();
     let flags = oflags::O_CREAT | oflags::O_RDWR;
+    let backend_counts = Arc::strong_count(&fs);
     let f: OpenFile<'_> = vfs.open(At::Root, "f", flags, 0o644, Ctx::ROOT).unwrap();
+    // f_op borrows the Vfs's backend: an open writes no count shared by
+    // every file.
+    assert_eq!(Arc::strong_count(&fs), backend_counts);
+    assert_ne!(f.file().mode() & FMODE_BORROWED_FS, 0);
     assert_eq!(f.file().mode() & (FMODE_READ | FMODE_WRITE), 3);
     let _split: &FileRef<dcache::DentryRef<'_>, Split> = f.file();
     assert_eq!(f.write(0, b"abc").unwrap(), 3);

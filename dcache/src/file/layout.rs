@@ -28,11 +28,12 @@
 //! line.
 
 use std::any::type_name;
-use std::mem::{align_of, offset_of, size_of};
+use std::mem::{align_of, offset_of, size_of, ManuallyDrop};
 // The backend handle is plain shared ownership, no part of a lock-free
 // protocol, so std's Arc (which coerces to `dyn`) rather than the facade's.
 use std::sync::Arc;
 
+use super::FMODE_BORROWED_FS;
 use crate::cache_aligned::{CacheAligned, CACHE_LINE};
 use crate::fs::{FileSystem, Ino};
 use crate::layout::{short_type_name, FieldLayout, TypeLayout};
@@ -53,11 +54,28 @@ pub struct OpenParts<T> {
     pub flags: i32,
 }
 
+/// [`OpenParts`] with the backend held as the file will hold it: a file
+/// whose mode has [`FMODE_BORROWED_FS`] never drops it.
+pub struct NewFile<T> {
+    /// As [`OpenParts::path`].
+    pub path: T,
+    /// As [`OpenParts::fs`], counted or (with `FMODE_BORROWED_FS`) not.
+    pub fs: ManuallyDrop<Arc<dyn FileSystem>>,
+    /// As [`OpenParts::ino`].
+    pub ino: Ino,
+    /// As [`OpenParts::fh`].
+    pub fh: u64,
+    /// As [`OpenParts::flags`].
+    pub flags: i32,
+}
+
 /// Field access common to both layouts; the fd table and `FileRef` are
 /// written once against it.
 pub trait FileRepr<T>: Send + Sync + Sized {
-    /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1.
-    fn new(parts: OpenParts<T>, mode: u32) -> Self;
+    /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1. Its
+    /// `f_op` is `parts.fs`, which it drops unless `mode` has
+    /// [`FMODE_BORROWED_FS`].
+    fn new(parts: NewFile<T>, mode: u32) -> Self;
     /// The reference count.
     fn f_count(&self) -> &AtomicUsize;
     /// The `FMODE_*` bits.
@@ -146,7 +164,8 @@ pub struct SplitFile<T> {
     hot: CacheAligned<FileHot>,
     f_mode: u32,
     f_flags: i32,
-    f_op: Arc<dyn FileSystem>,
+    /// Dropped by `Drop` unless `f_mode` has `FMODE_BORROWED_FS`.
+    f_op: ManuallyDrop<Arc<dyn FileSystem>>,
     f_inode: Ino,
     fh: u64,
     f_path: T,
@@ -158,7 +177,8 @@ pub struct SplitFile<T> {
 #[repr(C, align(64))]
 pub struct PackedFile<T> {
     f_path: T,
-    f_op: Arc<dyn FileSystem>,
+    /// Dropped by `Drop` unless `f_mode` has `FMODE_BORROWED_FS`.
+    f_op: ManuallyDrop<Arc<dyn FileSystem>>,
     f_inode: Ino,
     f_count: AtomicUsize,
     f_flags: i32,
@@ -236,8 +256,29 @@ const _: () = {
     assert!(last_line(offset_of!(P, f_pos), 8) == l);
 };
 
+/// Drop `f_op` if the file holds a count of it.
+fn drop_f_op(f_op: &mut ManuallyDrop<Arc<dyn FileSystem>>, mode: u32) {
+    if mode & FMODE_BORROWED_FS == 0 {
+        // SAFETY: without FMODE_BORROWED_FS `f_op` is the counted Arc the
+        // opener gave, dropped here once, by the file's own drop.
+        unsafe { ManuallyDrop::drop(f_op) }
+    }
+}
+
+impl<T> Drop for SplitFile<T> {
+    fn drop(&mut self) {
+        drop_f_op(&mut self.f_op, self.f_mode);
+    }
+}
+
+impl<T> Drop for PackedFile<T> {
+    fn drop(&mut self) {
+        drop_f_op(&mut self.f_op, self.f_mode);
+    }
+}
+
 impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
-    fn new(p: OpenParts<T>, mode: u32) -> Self {
+    fn new(p: NewFile<T>, mode: u32) -> Self {
         SplitFile {
             hot: CacheAligned::new(FileHot {
                 f_count: AtomicUsize::new(1),
@@ -282,7 +323,7 @@ impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
 }
 
 impl<T: Send + Sync> FileRepr<T> for PackedFile<T> {
-    fn new(p: OpenParts<T>, mode: u32) -> Self {
+    fn new(p: NewFile<T>, mode: u32) -> Self {
         PackedFile {
             f_path: p.path,
             f_op: p.fs,

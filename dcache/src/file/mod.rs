@@ -27,8 +27,8 @@ use crate::sync::{fence, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
 pub use layout::{
-    type_layout, FileHot, FileRepr, Layout, LayoutInfo, OpenParts, Packed, PackedFile, Split,
-    SplitFile, HOT_FIELDS,
+    type_layout, FileHot, FileRepr, Layout, LayoutInfo, NewFile, OpenParts, Packed, PackedFile,
+    Split, SplitFile, HOT_FIELDS,
 };
 
 // FMODE_* bits, Linux's values.
@@ -52,6 +52,13 @@ pub const FMODE_ATOMIC_POS: u32 = 0x8000;
 /// credentials at write time; a file write here carries none, so the open
 /// records the answer.
 pub const FMODE_KILL_PRIV: u32 = 1 << 31;
+
+/// dcache's own: `f_op` borrows the backend rather than holding a count of
+/// it, so an open writes no count shared by every file of the backend (as
+/// Linux's `f_op`, an uncounted pointer to the ops table). The Vfs's files
+/// are opened so: their path, a dentry reference, keeps the Vfs that owns
+/// the backend alive.
+pub const FMODE_BORROWED_FS: u32 = 1 << 30;
 
 /// The mode bits an `open(2)` with `flags` gives a regular file.
 pub fn fmode_from_flags(flags: i32) -> u32 {
@@ -90,7 +97,48 @@ impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// As [`FileRef::open`], with the `FMODE_*` bits `extra` set as well
     /// (e.g. [`FMODE_KILL_PRIV`]).
     pub fn open_with_mode(parts: OpenParts<T>, extra: u32) -> Self {
-        let mode = fmode_from_flags(parts.flags) | extra;
+        let mode = (fmode_from_flags(parts.flags) | extra) & !FMODE_BORROWED_FS;
+        let parts = NewFile {
+            path: parts.path,
+            fs: ManuallyDrop::new(parts.fs),
+            ino: parts.ino,
+            fh: parts.fh,
+            flags: parts.flags,
+        };
+        Self::from_new(parts, mode)
+    }
+
+    /// As [`FileRef::open_with_mode`], but `f_op` borrows `parts.fs`'s
+    /// backend: `parts.fs` is dropped now and the file writes no count of
+    /// the backend, at open or at the last `fput` ([`FMODE_BORROWED_FS`]).
+    ///
+    /// # Safety
+    /// Another count of `parts.fs` (one not dropped here) outlives the file:
+    /// every reference to it, however it is held.
+    pub(crate) unsafe fn open_borrowing_fs(
+        path: T,
+        fs: &Arc<dyn FileSystem>,
+        ino: Ino,
+        fh: u64,
+        flags: i32,
+        extra: u32,
+    ) -> Self {
+        let mode = fmode_from_flags(flags) | extra | FMODE_BORROWED_FS;
+        // SAFETY: an Arc that holds no count of its own, made straight into
+        // a ManuallyDrop: the file never drops it (FMODE_BORROWED_FS), and
+        // the count it borrows outlives the file (the caller's contract).
+        let fs = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(fs)) });
+        let parts = NewFile {
+            path,
+            fs,
+            ino,
+            fh,
+            flags,
+        };
+        Self::from_new(parts, mode)
+    }
+
+    fn from_new(parts: NewFile<T>, mode: u32) -> Self {
         let file = Box::new(<L::Repr<T> as FileRepr<T>>::new(parts, mode));
         FileRef {
             ptr: NonNull::from(Box::leak(file)),

@@ -10,7 +10,7 @@ use super::path::check_path;
 use super::{root_cred, At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::file::{FileRef, OpenParts, Split, SplitFile, FMODE_KILL_PRIV};
+use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
 use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, generic_permission, may_create, open_mask};
@@ -294,15 +294,13 @@ impl Vfs {
             self.setattr_dentry(d, &set, Ctx::ROOT)?;
         }
         let fh = self.sb().fs.open(i.ino, flags)?;
-        let parts = OpenParts {
-            path: d.clone(),
-            fs: self.sb().fs.clone(),
-            ino: i.ino,
-            fh,
-            flags,
-        };
         let extra = if kill_priv { FMODE_KILL_PRIV } else { 0 };
-        Ok(OpenFile(FileRef::open_with_mode(parts, extra)))
+        let fs = &self.sb().fs;
+        // SAFETY: the Super owns `fs` until the Vfs drops, and the file's
+        // path is a `DentryRef<'v>`: no reference to the file outlives `'v`
+        // (`OpenFile::from_raw`'s contract covers a file held as a number).
+        let f = unsafe { FileRef::open_borrowing_fs(d.clone(), fs, i.ino, fh, flags, extra) };
+        Ok(OpenFile(f))
     }
 }
 
