@@ -108,13 +108,13 @@ impl<T: Send + Sync, L: Layout> FileRef<T, L> {
         Self::from_new(parts, mode)
     }
 
-    /// As [`FileRef::open_with_mode`], but `f_op` borrows `parts.fs`'s
-    /// backend: `parts.fs` is dropped now and the file writes no count of
-    /// the backend, at open or at the last `fput` ([`FMODE_BORROWED_FS`]).
+    /// As [`FileRef::open_with_mode`], but `f_op` borrows `fs`: the file
+    /// writes no count of the backend, at open or at the last `fput`
+    /// ([`FMODE_BORROWED_FS`]).
     ///
     /// # Safety
-    /// Another count of `parts.fs` (one not dropped here) outlives the file:
-    /// every reference to it, however it is held.
+    /// The count `fs` is outlives the file: every reference to it, however
+    /// it is held.
     pub(crate) unsafe fn open_borrowing_fs(
         path: T,
         fs: &Arc<dyn FileSystem>,
@@ -366,7 +366,8 @@ impl<T: Send + Sync, L: Layout> Drop for FileRef<T, L> {
 // size comes from the per-thread cache. The block's start is kept in the
 // word before the file.
 
-/// The block layout for a file of type `R`, and the file's offset bound.
+/// The block a file of type `R` is allocated in: the file plus one
+/// alignment's worth of slack, word-aligned.
 fn file_block<R>() -> std::alloc::Layout {
     const { assert!(align_of::<R>() >= 2 * size_of::<usize>()) };
     let size = size_of::<R>() + align_of::<R>();
