@@ -9,6 +9,8 @@
 //! [`Entry`] has already counted one kernel lookup of its node: the caller
 //! must deliver it in a reply (or forget it).
 
+use std::mem::ManuallyDrop;
+
 use dcache::cred::Cred;
 use dcache::errno::{Errno, Result};
 use dcache::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
@@ -336,7 +338,7 @@ impl FuseCore {
     }
 
     /// The open file behind `fh`.
-    fn file(&self, fh: Fh) -> &OpenFile<'_> {
+    fn file(&self, fh: Fh) -> ManuallyDrop<OpenFile<'_>> {
         // SAFETY: the returned borrow cannot outlive `self`, which owns the
         // Vfs every handle was opened on; `Fh`'s contract keeps the handle
         // alive for the request.

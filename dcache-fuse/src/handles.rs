@@ -1,13 +1,16 @@
-//! Open files: a FUSE file handle is the address of a boxed
-//! [`OpenFile`], which holds its own dentry reference and backend handle.
-//! No table and no lock: the kernel hands the number back on every read,
-//! write and release, and `release` re-owns the box exactly once.
+//! Open files: a FUSE file handle is the address of the open file itself
+//! (an [`OpenFile`]'s split-layout `struct file`, with its dentry reference
+//! and backend handle), holding one reference to it. No table and no lock:
+//! the kernel hands the number back on every read, write and release, and
+//! `release` takes the reference back exactly once.
 //!
-//! The box's lifetime parameter is erased to `'static`: an `OpenFile`
-//! borrows the `Vfs`, which the mount's filesystem object owns and drops
-//! only after the session ends. Handles the kernel never released (it
-//! releases every file before the superblock goes, so only an aborted
-//! connection leaves any) are leaked rather than closed against a dead Vfs.
+//! The file's lifetime parameter is erased: an `OpenFile` borrows the
+//! `Vfs`, which the mount's filesystem object owns and drops only after the
+//! session ends. Handles the kernel never released (it releases every file
+//! before the superblock goes, so only an aborted connection leaves any)
+//! are leaked rather than closed against a dead Vfs.
+
+use std::mem::ManuallyDrop;
 
 use dcache::sync::{Arc, Ordering};
 use dcache::OpenFile;
@@ -48,34 +51,38 @@ impl Handles {
         Handles { stats }
     }
 
-    /// Box `f` and return its handle.
+    /// Give `f`'s reference to a new handle and return it.
     pub fn insert(&self, f: OpenFile<'_>) -> Fh {
         // Relaxed: a statistic (stats.rs).
         self.stats.open_files.fetch_add(1, Ordering::Relaxed);
-        let p = Box::into_raw(Box::new(f));
-        Fh(p as u64)
+        Fh(f.into_raw() as u64)
     }
 
-    /// The open file behind handle `fh`, for the length of its request.
+    /// The open file behind handle `fh`, for the length of its request: the
+    /// handle's own reference, borrowed (never dropped; clone it for one of
+    /// your own).
     ///
     /// # Safety
     /// `'v` must not outlive the `Vfs` the file was opened on (the mount's
-    /// filesystem object owns both and drops the Vfs last).
-    pub unsafe fn get<'v>(&self, fh: Fh) -> &OpenFile<'v> {
-        // SAFETY: `Fh`'s contract: the box is alive until `remove`, which
-        // cannot run while this request does.
-        unsafe { &*(fh.0 as *const OpenFile<'v>) }
+    /// filesystem object owns both and drops the Vfs last), and the result
+    /// must not be taken out of its `ManuallyDrop`.
+    pub unsafe fn get<'v>(&self, fh: Fh) -> ManuallyDrop<OpenFile<'v>> {
+        // SAFETY: `Fh`'s contract: the handle's reference is alive until
+        // `remove`, which cannot run while this request does; ManuallyDrop
+        // keeps this copy from giving that reference up.
+        ManuallyDrop::new(unsafe { OpenFile::from_raw(fh.0 as *mut _) })
     }
 
-    /// Take handle `fh` back (RELEASE); dropping the result closes it.
+    /// Take handle `fh` back (RELEASE); closing or dropping the result
+    /// gives up the handle's reference.
     ///
     /// # Safety
     /// As for `get`.
     pub unsafe fn remove<'v>(&self, fh: Fh) -> OpenFile<'v> {
         // Relaxed: see insert.
         self.stats.open_files.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: made by Box::into_raw in insert and, by `Fh`'s contract,
-        // re-owned once, by the RELEASE.
-        *unsafe { Box::from_raw(fh.0 as *mut OpenFile<'v>) }
+        // SAFETY: made by `into_raw` in insert and, by `Fh`'s contract,
+        // taken back once, by the RELEASE.
+        unsafe { OpenFile::from_raw(fh.0 as *mut _) }
     }
 }

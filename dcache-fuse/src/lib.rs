@@ -19,8 +19,8 @@
 //!   dentry. A LOOKUP of a node already held is answered from the rcu-walk
 //!   with one compare-and-swap: no reference, lock, allocation or map
 //!   access.
-//! - [`handles`]: an open file's FUSE handle is the address of a boxed
-//!   [`OpenFile`](dcache::OpenFile).
+//! - [`handles`]: an open file's FUSE handle is the address of the
+//!   [`OpenFile`](dcache::OpenFile) itself (its split-layout file).
 //! - [`attr`]: attribute conversion.
 //! - [`stats`]: what the kernel holds (nodes, lookups, open files), for the
 //!   unmount report `dcache: unmounted, N nodes still referenced`.

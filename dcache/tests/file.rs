@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dcache::file::{
-    FdTable, FileRef, Layout, OpenParts, Packed, Split, FMODE_ATOMIC_POS, FMODE_PATH, FMODE_READ,
-    FMODE_WRITE, HOT_FIELDS,
+    FdTable, FileRef, Layout, OpenParts, Packed, Split, FMODE_ATOMIC_POS, FMODE_BORROWED_FS,
+    FMODE_PATH, FMODE_READ, FMODE_WRITE, HOT_FIELDS,
 };
 use dcache::fs::{Attr, FileSystem, Ino};
 use dcache::Errno;
@@ -415,3 +415,59 @@ fn concurrent_dup_close_per_thread_tables<L: Layout>() {
     assert_eq!((s.releases(), s.drops()), (1, 1));
 }
 both_layouts!(per_thread_t, concurrent_dup_close_per_thread_tables);
+
+/// `Vfs::open` returns the split file: clones are references to the one
+/// open file, the backend's release comes once, at the last reference, and
+/// the file can live in a descriptor table like any other.
+#[test]
+fn vfs_open_file_is_the_split_file() {
+    use dcache::fs::memfs::MemFs;
+    use dcache::{oflags, At, Config, Ctx, OpenFile, Vfs};
+
+    let fs = Arc::new(MemFs::new());
+    // A small table: Miri runs this too.
+    let config = Config {
+        capacity: 16,
+        ..Config::default()
+    };
+    let vfs = Vfs::with_config(fs.clone(), config).unwrap();
+    let flags = oflags::O_CREAT | oflags::O_RDWR;
+    let backend_counts = Arc::strong_count(&fs);
+    let f: OpenFile<'_> = vfs.open(At::Root, "f", flags, 0o644, Ctx::ROOT).unwrap();
+    // f_op borrows the Vfs's backend: an open writes no count shared by
+    // every file.
+    assert_eq!(Arc::strong_count(&fs), backend_counts);
+    assert_ne!(f.file().mode() & FMODE_BORROWED_FS, 0);
+    assert_eq!(f.file().mode() & (FMODE_READ | FMODE_WRITE), 3);
+    let _split: &FileRef<dcache::DentryRef<'_>, Split> = f.file();
+    assert_eq!(f.write(0, b"abc").unwrap(), 3);
+
+    // dup: another reference to the same file; closing one releases nothing.
+    let g = f.clone();
+    assert!(g.same_file(&f));
+    assert_eq!(f.file().count(), 2);
+    std::thread::scope(|s| {
+        s.spawn(move || g.close().unwrap());
+    });
+    assert_eq!(fs.open_handles(), 1);
+    let mut buf = [0; 8];
+    assert_eq!(f.read(0, &mut buf).unwrap(), 3);
+
+    // In a descriptor table: the table's reference is the last one.
+    let table = FdTable::<_, Split>::with_max_fds(4).unwrap();
+    let fd = table.install(f.into_file()).unwrap();
+    let got = table.fget(fd).unwrap();
+    assert_eq!(got.pread(&mut buf, 1).unwrap(), 2);
+    drop(got);
+    assert_eq!(fs.open_handles(), 1);
+    table.close(fd).unwrap();
+    assert_eq!(fs.open_handles(), 0);
+
+    // close reports the release of the last reference.
+    let f = vfs
+        .open(At::Root, "f", oflags::O_RDONLY, 0, Ctx::ROOT)
+        .unwrap();
+    assert_eq!(f.write(0, b"x"), Err(Errno::EBADF));
+    f.close().unwrap();
+    assert_eq!(fs.open_handles(), 0);
+}

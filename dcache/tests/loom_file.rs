@@ -1,7 +1,8 @@
 //! Model-checks the descriptor table's pin protocol: `fget` racing `close`
 //! (and `dup` racing `close`, and two closers) on one slot. In every
 //! interleaving the file is released exactly once, and `fget` returns
-//! either a live reference or EBADF.
+//! either a live reference or EBADF. And a file reference's `put` (what
+//! `OpenFile::close` does) racing another holder's drop.
 //!
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test --release --test loom_file
@@ -127,5 +128,39 @@ fn packed_layout_same_protocol() {
             assert!(c >= 1);
         }
         assert_eq!(fs.releases.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A path payload that counts its drops.
+struct Path(std::sync::Arc<AtomicUsize>);
+impl Drop for Path {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// An `OpenFile`'s close (`FileRef::put`) racing another holder's drop (a
+/// FUSE release against a dup's close): whichever is last releases, once,
+/// and the path goes with the file.
+#[test]
+fn put_vs_drop() {
+    loom::model(|| {
+        let fs = std::sync::Arc::new(CountFs {
+            releases: AtomicUsize::new(0),
+        });
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
+        let file = FileRef::<Path, Split>::open(OpenParts {
+            path: Path(drops.clone()),
+            fs: fs.clone(),
+            ino: 9,
+            fh: 0,
+            flags: libc::O_RDONLY,
+        });
+        let other = file.clone();
+        let closer = thread::spawn(move || other.put());
+        drop(file);
+        closer.join().unwrap().unwrap();
+        assert_eq!(fs.releases.load(Ordering::SeqCst), 1);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
     });
 }

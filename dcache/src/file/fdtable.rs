@@ -73,7 +73,7 @@ impl FdAlloc {
 
 /// A descriptor table (Linux's `files_struct`): descriptors map to
 /// [`FileRef`](super::FileRef)s, and the lowest free one is handed out first.
-pub struct FdTable<T: Send + Sync + 'static, L: Layout = super::Split> {
+pub struct FdTable<T: Send + Sync, L: Layout = super::Split> {
     slots: Box<[AtomicPtr<L::Repr<T>>]>,
     alloc: Mutex<FdAlloc>,
 }
@@ -82,13 +82,13 @@ fn untag<F>(p: *mut F) -> *mut F {
     p.map_addr(|a| a & !TAGS)
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Default for FdTable<T, L> {
+impl<T: Send + Sync, L: Layout> Default for FdTable<T, L> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> FdTable<T, L> {
+impl<T: Send + Sync, L: Layout> FdTable<T, L> {
     /// A table of `DEFAULT_MAX_FDS` descriptors.
     pub fn new() -> Self {
         Self::build(DEFAULT_MAX_FDS)
@@ -291,7 +291,7 @@ impl<T: Send + Sync + 'static, L: Layout> FdTable<T, L> {
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Drop for FdTable<T, L> {
+impl<T: Send + Sync, L: Layout> Drop for FdTable<T, L> {
     /// Close every descriptor (Linux close_files at exit).
     fn drop(&mut self) {
         for slot in self.slots.iter() {

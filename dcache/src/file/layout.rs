@@ -6,9 +6,10 @@
 //! writes `f_pos`. `f_mode`, `f_op`, `f_inode` and `f_path` are written once
 //! at open and then only read, but read by every operation. When both kinds
 //! share a line, each count change on one CPU evicts the line another CPU
-//! only needed for reading. Both layouts are compiled into every binary so
-//! that one benchmark run compares them; the `const` assertions below keep
-//! each honest about what it claims.
+//! only needed for reading. `split` is the layout of every file the `Vfs`
+//! opens; both are compiled into every binary so that one benchmark run
+//! compares them; the `const` assertions below keep each honest about what
+//! it claims.
 //!
 //! `f_mode` is the field that decides it. Linux kept it next to `f_count`
 //! (the mode bits are checked together with the count: `__fget_files`
@@ -27,11 +28,12 @@
 //! line.
 
 use std::any::type_name;
-use std::mem::{align_of, offset_of, size_of};
+use std::mem::{align_of, offset_of, size_of, ManuallyDrop};
 // The backend handle is plain shared ownership, no part of a lock-free
 // protocol, so std's Arc (which coerces to `dyn`) rather than the facade's.
 use std::sync::Arc;
 
+use super::FMODE_BORROWED_FS;
 use crate::cache_aligned::{CacheAligned, CACHE_LINE};
 use crate::fs::{FileSystem, Ino};
 use crate::layout::{short_type_name, FieldLayout, TypeLayout};
@@ -52,11 +54,28 @@ pub struct OpenParts<T> {
     pub flags: i32,
 }
 
+/// [`OpenParts`] with the backend held as the file will hold it: a file
+/// whose mode has [`FMODE_BORROWED_FS`] never drops it.
+pub struct NewFile<T> {
+    /// As [`OpenParts::path`].
+    pub path: T,
+    /// As [`OpenParts::fs`], counted or (with `FMODE_BORROWED_FS`) not.
+    pub fs: ManuallyDrop<Arc<dyn FileSystem>>,
+    /// As [`OpenParts::ino`].
+    pub ino: Ino,
+    /// As [`OpenParts::fh`].
+    pub fh: u64,
+    /// As [`OpenParts::flags`].
+    pub flags: i32,
+}
+
 /// Field access common to both layouts; the fd table and `FileRef` are
 /// written once against it.
-pub trait FileRepr<T>: Send + Sync + Sized + 'static {
-    /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1.
-    fn new(parts: OpenParts<T>, mode: u32) -> Self;
+pub trait FileRepr<T>: Send + Sync + Sized {
+    /// A file from `parts` with `FMODE_*` bits `mode` and a count of 1. Its
+    /// `f_op` is `parts.fs`, which it drops unless `mode` has
+    /// [`FMODE_BORROWED_FS`].
+    fn new(parts: NewFile<T>, mode: u32) -> Self;
     /// The reference count.
     fn f_count(&self) -> &AtomicUsize;
     /// The `FMODE_*` bits.
@@ -82,9 +101,9 @@ pub trait Layout: Send + Sync + 'static {
     /// The layout's name (`"split"`, `"packed"`).
     const NAME: &'static str;
     /// The file struct this layout lays out.
-    type Repr<T: Send + Sync + 'static>: FileRepr<T>;
+    type Repr<T: Send + Sync>: FileRepr<T>;
     /// Field offsets and sizes of `Repr<T>`.
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo;
+    fn describe<T: Send + Sync>() -> LayoutInfo;
 }
 
 /// The written-often fields; the rest (`f_mode` among them: it is set at
@@ -145,7 +164,8 @@ pub struct SplitFile<T> {
     hot: CacheAligned<FileHot>,
     f_mode: u32,
     f_flags: i32,
-    f_op: Arc<dyn FileSystem>,
+    /// Dropped by `Drop` unless `f_mode` has `FMODE_BORROWED_FS`.
+    f_op: ManuallyDrop<Arc<dyn FileSystem>>,
     f_inode: Ino,
     fh: u64,
     f_path: T,
@@ -157,7 +177,8 @@ pub struct SplitFile<T> {
 #[repr(C, align(64))]
 pub struct PackedFile<T> {
     f_path: T,
-    f_op: Arc<dyn FileSystem>,
+    /// Dropped by `Drop` unless `f_mode` has `FMODE_BORROWED_FS`.
+    f_op: ManuallyDrop<Arc<dyn FileSystem>>,
     f_inode: Ino,
     f_count: AtomicUsize,
     f_flags: i32,
@@ -208,6 +229,20 @@ const _: () = {
     assert!(last_line(offset_of!(S, f_inode), size_of::<Ino>()) == 1);
     assert!(last_line(offset_of!(S, fh), 8) == 1);
 
+    // The open file the Vfs makes (`Vfs::open`'s `OpenFile`, whose path is
+    // a dentry reference) takes two lines: line 0 the hot part, line 1
+    // everything read-mostly, its path included.
+    type O = SplitFile<crate::vfs::DentryRef<'static>>;
+    assert!(size_of::<O>() == 2 * CACHE_LINE);
+    assert!(line(offset_of!(O, f_mode)) == 1);
+    assert!(line(offset_of!(O, f_path)) == 1);
+    assert!(
+        last_line(
+            offset_of!(O, f_path),
+            size_of::<crate::vfs::DentryRef<'static>>()
+        ) == 1
+    );
+
     // packed: with a pointer-sized path, count, mode and position lock share
     // line 0 with path, ops and inode.
     type P = PackedFile<usize>;
@@ -221,8 +256,29 @@ const _: () = {
     assert!(last_line(offset_of!(P, f_pos), 8) == l);
 };
 
-impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
-    fn new(p: OpenParts<T>, mode: u32) -> Self {
+/// Drop `f_op` if the file holds a count of it.
+fn drop_f_op(f_op: &mut ManuallyDrop<Arc<dyn FileSystem>>, mode: u32) {
+    if mode & FMODE_BORROWED_FS == 0 {
+        // SAFETY: without FMODE_BORROWED_FS `f_op` is the counted Arc the
+        // opener gave, dropped here once, by the file's own drop.
+        unsafe { ManuallyDrop::drop(f_op) }
+    }
+}
+
+impl<T> Drop for SplitFile<T> {
+    fn drop(&mut self) {
+        drop_f_op(&mut self.f_op, self.f_mode);
+    }
+}
+
+impl<T> Drop for PackedFile<T> {
+    fn drop(&mut self) {
+        drop_f_op(&mut self.f_op, self.f_mode);
+    }
+}
+
+impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
+    fn new(p: NewFile<T>, mode: u32) -> Self {
         SplitFile {
             hot: CacheAligned::new(FileHot {
                 f_count: AtomicUsize::new(1),
@@ -266,8 +322,8 @@ impl<T: Send + Sync + 'static> FileRepr<T> for SplitFile<T> {
     }
 }
 
-impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
-    fn new(p: OpenParts<T>, mode: u32) -> Self {
+impl<T: Send + Sync> FileRepr<T> for PackedFile<T> {
+    fn new(p: NewFile<T>, mode: u32) -> Self {
         PackedFile {
             f_path: p.path,
             f_op: p.fs,
@@ -311,7 +367,7 @@ impl<T: Send + Sync + 'static> FileRepr<T> for PackedFile<T> {
 
 /// Layout `L` for payload `T` as `dcache layout` prints it, with the
 /// [`HOT_FIELDS`] marked.
-pub fn type_layout<T: Send + Sync + 'static, L: Layout>() -> TypeLayout {
+pub fn type_layout<T: Send + Sync, L: Layout>() -> TypeLayout {
     let info = L::describe::<T>();
     let ty = |name: &str| {
         short_type_name(match name {
@@ -357,9 +413,9 @@ fn sorted(mut fields: Vec<(&'static str, usize, usize)>) -> Vec<(&'static str, u
 
 impl Layout for Split {
     const NAME: &'static str = "split";
-    type Repr<T: Send + Sync + 'static> = SplitFile<T>;
+    type Repr<T: Send + Sync> = SplitFile<T>;
 
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+    fn describe<T: Send + Sync>() -> LayoutInfo {
         type S<T> = SplitFile<T>;
         LayoutInfo {
             layout: Self::NAME,
@@ -399,9 +455,9 @@ impl Layout for Split {
 
 impl Layout for Packed {
     const NAME: &'static str = "packed";
-    type Repr<T: Send + Sync + 'static> = PackedFile<T>;
+    type Repr<T: Send + Sync> = PackedFile<T>;
 
-    fn describe<T: Send + Sync + 'static>() -> LayoutInfo {
+    fn describe<T: Send + Sync>() -> LayoutInfo {
         type P<T> = PackedFile<T>;
         LayoutInfo {
             layout: Self::NAME,

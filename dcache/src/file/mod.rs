@@ -7,11 +7,17 @@
 //! `packed` layouts differ in exactly that. The last `fput` calls the
 //! backend's `release` and drops the path payload. [`FdTable`] maps
 //! descriptors to files.
+//!
+//! This is the one open-file type: [`Vfs::open`](crate::Vfs::open)'s
+//! [`OpenFile`](crate::OpenFile) is a `FileRef<DentryRef, Split>`, and the
+//! FUSE frontend's file handles are its address. [`Packed`] is kept only as
+//! the benchmark's comparison.
 
 mod fdtable;
 mod layout;
 
 use std::marker::PhantomData;
+use std::mem::{align_of, size_of, ManuallyDrop};
 use std::ptr::NonNull;
 use std::sync::{Arc, PoisonError};
 
@@ -21,8 +27,8 @@ use crate::sync::{fence, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
 pub use layout::{
-    type_layout, FileHot, FileRepr, Layout, LayoutInfo, OpenParts, Packed, PackedFile, Split,
-    SplitFile, HOT_FIELDS,
+    type_layout, FileHot, FileRepr, Layout, LayoutInfo, NewFile, OpenParts, Packed, PackedFile,
+    Split, SplitFile, HOT_FIELDS,
 };
 
 // FMODE_* bits, Linux's values.
@@ -41,6 +47,19 @@ pub const FMODE_PATH: u32 = 0x4000;
 /// `read`/`write` serialise on `f_pos_lock` (POSIX position atomicity).
 pub const FMODE_ATOMIC_POS: u32 = 0x8000;
 
+/// dcache's own (not Linux's): opened by a caller without CAP_FSETID, so a
+/// write through the file drops the set-id bits. Linux asks the writer's
+/// credentials at write time; a file write here carries none, so the open
+/// records the answer.
+pub const FMODE_KILL_PRIV: u32 = 1 << 31;
+
+/// dcache's own: `f_op` borrows the backend rather than holding a count of
+/// it, so an open writes no count shared by every file of the backend (as
+/// Linux's `f_op`, an uncounted pointer to the ops table). The Vfs's files
+/// are opened so: their path, a dentry reference, keeps the Vfs that owns
+/// the backend alive.
+pub const FMODE_BORROWED_FS: u32 = 1 << 30;
+
 /// The mode bits an `open(2)` with `flags` gives a regular file.
 pub fn fmode_from_flags(flags: i32) -> u32 {
     if flags & libc::O_PATH != 0 {
@@ -58,24 +77,71 @@ pub fn fmode_from_flags(flags: i32) -> u32 {
 
 /// A counted reference to an open file. Clone is `get_file`, drop is
 /// `fput`.
-pub struct FileRef<T: Send + Sync + 'static, L: Layout = Split> {
+pub struct FileRef<T: Send + Sync, L: Layout = Split> {
     ptr: NonNull<L::Repr<T>>,
     _owns: PhantomData<L::Repr<T>>,
 }
 
 // SAFETY: a FileRef is a shared reference to a `Repr<T>`, which is Send +
 // Sync (a `FileRepr` bound); the count it manipulates is atomic.
-unsafe impl<T: Send + Sync + 'static, L: Layout> Send for FileRef<T, L> {}
+unsafe impl<T: Send + Sync, L: Layout> Send for FileRef<T, L> {}
 // SAFETY: as above; `&FileRef` only gives `&Repr<T>`.
-unsafe impl<T: Send + Sync + 'static, L: Layout> Sync for FileRef<T, L> {}
+unsafe impl<T: Send + Sync, L: Layout> Sync for FileRef<T, L> {}
 
-impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// A new open file with count 1, mode bits from `parts.flags`.
     pub fn open(parts: OpenParts<T>) -> Self {
-        let mode = fmode_from_flags(parts.flags);
-        let file = Box::new(<L::Repr<T> as FileRepr<T>>::new(parts, mode));
+        Self::open_with_mode(parts, 0)
+    }
+
+    /// As [`FileRef::open`], with the `FMODE_*` bits `extra` set as well
+    /// (e.g. [`FMODE_KILL_PRIV`]).
+    pub fn open_with_mode(parts: OpenParts<T>, extra: u32) -> Self {
+        let mode = (fmode_from_flags(parts.flags) | extra) & !FMODE_BORROWED_FS;
+        let parts = NewFile {
+            path: parts.path,
+            fs: ManuallyDrop::new(parts.fs),
+            ino: parts.ino,
+            fh: parts.fh,
+            flags: parts.flags,
+        };
+        Self::from_new(parts, mode)
+    }
+
+    /// As [`FileRef::open_with_mode`], but `f_op` borrows `fs`: the file
+    /// writes no count of the backend, at open or at the last `fput`
+    /// ([`FMODE_BORROWED_FS`]).
+    ///
+    /// # Safety
+    /// The count `fs` is outlives the file: every reference to it, however
+    /// it is held.
+    pub(crate) unsafe fn open_borrowing_fs(
+        path: T,
+        fs: &Arc<dyn FileSystem>,
+        ino: Ino,
+        fh: u64,
+        flags: i32,
+        extra: u32,
+    ) -> Self {
+        let mode = fmode_from_flags(flags) | extra | FMODE_BORROWED_FS;
+        // SAFETY: an Arc that holds no count of its own, made straight into
+        // a ManuallyDrop: the file never drops it (FMODE_BORROWED_FS), and
+        // the count it borrows outlives the file (the caller's contract).
+        let fs = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(fs)) });
+        let parts = NewFile {
+            path,
+            fs,
+            ino,
+            fh,
+            flags,
+        };
+        Self::from_new(parts, mode)
+    }
+
+    fn from_new(parts: NewFile<T>, mode: u32) -> Self {
+        let file = <L::Repr<T> as FileRepr<T>>::new(parts, mode);
         FileRef {
-            ptr: NonNull::from(Box::leak(file)),
+            ptr: alloc_file(file),
             _owns: PhantomData,
         }
     }
@@ -244,37 +310,121 @@ impl<T: Send + Sync + 'static, L: Layout> FileRef<T, L> {
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Clone for FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> Clone for FileRef<T, L> {
     fn clone(&self) -> Self {
         // SAFETY: `self` is a held reference for the whole call.
         unsafe { Self::get_raw(self.ptr.as_ptr()) }
     }
 }
 
-impl<T: Send + Sync + 'static, L: Layout> Drop for FileRef<T, L> {
-    fn drop(&mut self) {
+impl<T: Send + Sync, L: Layout> FileRef<T, L> {
+    /// Drop this reference (Linux fput) and report: when it was the last,
+    /// the backend's `release` runs now and its result is returned;
+    /// otherwise `Ok(())` (the last holder releases).
+    pub fn put(self) -> Result<()> {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so its reference is given up
+        // here and only here.
+        unsafe { this.put_ref() }
+    }
+
+    /// Give up this reference; the last one releases and frees the file.
+    ///
+    /// # Safety
+    /// Called once per reference, which is not used afterwards (not even
+    /// dropped).
+    unsafe fn put_ref(&self) -> Result<()> {
         // Release: this holder's uses of the file happen before the last
         // holder frees it.
         if self.f().f_count().fetch_sub(1, Ordering::Release) != 1 {
-            return;
+            return Ok(());
         }
         // Acquire: pairs with every other holder's Release decrement.
         fence(Ordering::Acquire);
         // SAFETY: the count reached zero, so this was the last reference;
-        // the pointer came from Box::leak in `open`.
-        let file = unsafe { Box::from_raw(self.ptr.as_ptr()) };
+        // the pointer came from `alloc_file` in `open`.
+        let file = unsafe { free_file(self.ptr) };
         // Linux __fput: release first, then the path goes with the file.
-        let _ = file.f_op().release(file.f_inode(), file.fh());
+        let r = file.f_op().release(file.f_inode(), file.fh());
         drop(file);
+        r
     }
 }
 
-/// Drop a file reference (Linux fput), for symmetry with `FdTable::fget`.
-pub fn fput<T: Send + Sync + 'static, L: Layout>(file: FileRef<T, L>) {
+impl<T: Send + Sync, L: Layout> Drop for FileRef<T, L> {
+    fn drop(&mut self) {
+        // SAFETY: a dropped reference is not used again.
+        let _ = unsafe { self.put_ref() };
+    }
+}
+
+// Files come from plain `malloc` with one alignment's worth of slack,
+// aligned by hand, rather than from an over-aligned allocation: glibc serves
+// those through `_int_memalign`, past its per-thread cache, splitting and
+// consolidating chunks (measured: about 550 instructions per open and close,
+// a sixth of a whole `open` + `close` through the Vfs), while the padded
+// size comes from the per-thread cache. The block's start is kept in the
+// word before the file.
+
+/// The block a file of type `R` is allocated in: the file plus one
+/// alignment's worth of slack, word-aligned.
+fn file_block<R>() -> std::alloc::Layout {
+    const { assert!(align_of::<R>() >= 2 * size_of::<usize>()) };
+    let size = size_of::<R>() + align_of::<R>();
+    std::alloc::Layout::from_size_align(size, align_of::<usize>()).expect("file size overflows")
+}
+
+/// Move `file` to a new block, `align_of::<R>()`-aligned.
+fn alloc_file<R>(file: R) -> NonNull<R> {
+    let block = file_block::<R>();
+    // SAFETY: the size is non-zero (it includes the alignment).
+    let base = unsafe { std::alloc::alloc(block) };
+    if base.is_null() {
+        std::alloc::handle_alloc_error(block);
+    }
+    // The first aligned address with a word free before it: at most
+    // `align` bytes past `base`, so the file ends within the block.
+    let off = base.align_offset(align_of::<R>());
+    let off = if off < size_of::<usize>() {
+        off + align_of::<R>()
+    } else {
+        off
+    };
+    debug_assert!(off <= align_of::<R>() && off >= size_of::<usize>());
+    // SAFETY: `off + size_of::<R>()` is within the block (above), so both
+    // writes are in bounds; `p` is aligned for `R`, and the word before it
+    // (a multiple of the word size below an `R`-aligned address) for a
+    // pointer.
+    unsafe {
+        let p = base.add(off).cast::<R>();
+        p.cast::<*mut u8>().sub(1).write(base);
+        p.write(file);
+        NonNull::new_unchecked(p)
+    }
+}
+
+/// Move the file at `p` out of its block and free the block.
+///
+/// # Safety
+/// `p` came from `alloc_file::<R>`, and is not used again.
+unsafe fn free_file<R>(p: NonNull<R>) -> R {
+    // SAFETY: `alloc_file` wrote the file at `p` and the block's start in
+    // the word before it; the block was allocated with `file_block::<R>()`.
+    unsafe {
+        let base = p.as_ptr().cast::<*mut u8>().sub(1).read();
+        let file = p.as_ptr().read();
+        std::alloc::dealloc(base, file_block::<R>());
+        file
+    }
+}
+
+/// Drop a file reference (Linux fput), for symmetry with `FdTable::fget`;
+/// [`FileRef::put`] does the same and reports the backend's release.
+pub fn fput<T: Send + Sync, L: Layout>(file: FileRef<T, L>) {
     drop(file);
 }
 
-impl<T: Send + Sync + 'static, L: Layout> std::fmt::Debug for FileRef<T, L> {
+impl<T: Send + Sync, L: Layout> std::fmt::Debug for FileRef<T, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileRef")
             .field("layout", &L::NAME)

@@ -1,7 +1,8 @@
-//! Open files: [`OpenFile`] (a counted reference to the dentry plus the
-//! backend's handle) and `openat(2)` on the `Vfs`, with Linux's `may_open`
-//! checks for a credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`, and the set-id
-//! bits a write or truncate by an unprivileged caller drops.
+//! Open files: [`OpenFile`], the one open-file type (a counted reference
+//! to a split-layout [`SplitFile`] whose path is a dentry reference), and
+//! `openat(2)` on the `Vfs`, with Linux's `may_open` checks for a
+//! credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`, and the set-id bits a write or
+//! truncate by an unprivileged caller drops.
 
 use super::dcache::d_instantiate;
 use super::ops::is_dot_or_dotdot;
@@ -9,115 +10,140 @@ use super::path::check_path;
 use super::{root_cred, At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::fs::{Ctx, FileType, SetAttr};
+use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
+use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, generic_permission, may_create, open_mask};
 
-/// An open file: a counted reference to its dentry plus the backend handle.
-/// Closing (or dropping) it releases the backend handle once.
-pub struct OpenFile<'v> {
-    vfs: &'v Vfs,
-    dentry: Option<DentryRef<'v>>,
-    ino: u64,
-    fh: u64,
-    flags: i32,
-    /// Opened by a caller without CAP_FSETID: a write drops set-id bits.
-    kill_priv: bool,
-}
+/// An open file: a counted reference to a split-layout file (the count,
+/// position lock and position alone on one cache line, the read-mostly
+/// fields on the next) whose path is the dentry it was opened by, and
+/// whose `f_op` is the `Vfs`'s backend. `clone` is Linux's `get_file`
+/// (what `dup(2)` does to a descriptor's file); the backend's `release`
+/// runs exactly once, when the last reference is closed or dropped, and
+/// the dentry reference goes right after it.
+#[derive(Clone)]
+pub struct OpenFile<'v>(FileRef<DentryRef<'v>, Split>);
 
 impl<'v> OpenFile<'v> {
     /// The dentry the file was opened by.
     pub fn dentry(&self) -> &DentryRef<'v> {
-        self.dentry.as_ref().expect("open file without dentry")
+        self.0.path()
     }
     /// The open inode's number.
-    pub fn ino(&self) -> u64 {
-        self.ino
+    pub fn ino(&self) -> Ino {
+        self.0.ino()
     }
     /// The backend's handle from [`FileSystem::open`](crate::FileSystem::open).
     pub fn fh(&self) -> u64 {
-        self.fh
+        self.0.fh()
     }
     /// The `open(2)` flags.
     pub fn flags(&self) -> i32 {
-        self.flags
+        self.0.flags()
+    }
+    /// The counted file reference itself (positioned I/O, mode bits,
+    /// count); clones of it are references to this same open file.
+    pub fn file(&self) -> &FileRef<DentryRef<'v>, Split> {
+        &self.0
+    }
+    /// The counted file reference, given up as one (for an [`FdTable`]).
+    ///
+    /// [`FdTable`]: crate::file::FdTable
+    pub fn into_file(self) -> FileRef<DentryRef<'v>, Split> {
+        self.0
+    }
+    /// Is this the same open file as `other`?
+    pub fn same_file(&self, other: &Self) -> bool {
+        self.0.same_file(&other.0)
     }
 
     /// `pread(2)`: read into `buf` at `offset`; EBADF if opened write-only.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_WRONLY {
+        if self.flags() & libc::O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
         }
-        self.vfs.sb().fs.read(self.ino, self.fh, offset, buf)
+        self.0.fs().read(self.ino(), self.fh(), offset, buf)
     }
 
     /// `pwrite(2)`: write `data` at `offset`; EBADF if opened read-only. A
     /// caller without CAP_FSETID loses the file's set-id bits.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
-        if self.flags & libc::O_ACCMODE == libc::O_RDONLY {
+        if self.flags() & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
         }
-        let n = self.vfs.sb().fs.write(self.ino, self.fh, offset, data)?;
+        let fs = &**self.0.fs();
+        let n = fs.write(self.ino(), self.fh(), offset, data)?;
         if let Some(i) = self.dentry().inode() {
-            self.vfs.refresh(i);
-            if self.kill_priv {
-                self.vfs.kill_priv(i);
+            refresh(fs, i);
+            if self.0.mode() & FMODE_KILL_PRIV != 0 {
+                kill_priv(fs, i);
             }
         }
         Ok(n)
     }
 
-    /// Release the backend handle and the dentry reference.
-    pub fn close(mut self) -> Result<()> {
-        self.release()
+    /// Drop this reference; when it is the last, release the backend
+    /// handle (its result is returned) and then the dentry reference.
+    pub fn close(self) -> Result<()> {
+        self.0.put()
     }
 
-    fn release(&mut self) -> Result<()> {
-        match self.dentry.take() {
-            Some(d) => {
-                let r = self.vfs.sb().fs.release(self.ino, self.fh);
-                drop(d);
-                r
-            }
-            None => Ok(()),
-        }
+    /// The file's address, keeping this reference (a FUSE handle holds it
+    /// as a number). Undo with [`OpenFile::from_raw`].
+    pub fn into_raw(self) -> *mut SplitFile<DentryRef<'v>> {
+        self.0.into_raw()
+    }
+
+    /// Take back a reference given away by [`OpenFile::into_raw`].
+    ///
+    /// # Safety
+    /// `p` came from `into_raw` of an `OpenFile` opened on a `Vfs` that
+    /// outlives `'v`, and that reference is not taken back again.
+    pub unsafe fn from_raw(p: *mut SplitFile<DentryRef<'v>>) -> Self {
+        // SAFETY: the caller's contract is `FileRef::from_raw`'s.
+        OpenFile(unsafe { FileRef::from_raw(p) })
     }
 }
 
 impl std::fmt::Debug for OpenFile<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenFile")
-            .field("ino", &self.ino)
-            .field("fh", &self.fh)
-            .field("flags", &self.flags)
+            .field("ino", &self.ino())
+            .field("fh", &self.fh())
+            .field("flags", &self.flags())
+            .field("count", &self.0.count())
             .finish()
     }
 }
 
-impl Drop for OpenFile<'_> {
-    fn drop(&mut self) {
-        let _ = self.release();
+/// The inode's attributes again from the backend (after a write).
+fn refresh(fs: &dyn FileSystem, inode: &Inode) {
+    if let Ok(a) = fs.getattr(inode.ino) {
+        if a.kind == inode.kind() {
+            inode.set_attr(&a);
+        }
+    }
+}
+
+/// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID where
+/// group-executable (`file_remove_privs`).
+fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
+    let Some(perm) = permission::mode_after_chown(inode.perm()) else {
+        return;
+    };
+    let set = SetAttr {
+        perm: Some(perm),
+        ..SetAttr::default()
+    };
+    if let Ok(a) = fs.setattr(inode.ino, &set, Ctx::ROOT) {
+        if a.kind == inode.kind() {
+            inode.set_attr(&a);
+        }
     }
 }
 
 impl Vfs {
-    /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID
-    /// where group-executable (`file_remove_privs`).
-    fn kill_priv(&self, inode: &Inode) {
-        let Some(perm) = permission::mode_after_chown(inode.perm()) else {
-            return;
-        };
-        let set = SetAttr {
-            perm: Some(perm),
-            ..SetAttr::default()
-        };
-        if let Ok(a) = self.sb().fs.setattr(inode.ino, &set, Ctx::ROOT) {
-            if a.kind == inode.kind() {
-                inode.set_attr(&a);
-            }
-        }
-    }
-
     /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
     /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
     /// `perm` and `ctx` are the mode and owner of a file `O_CREAT` makes.
@@ -234,11 +260,11 @@ impl Vfs {
         if flags & libc::O_PATH == 0 {
             generic_permission(cred, i.perm(), open_mask(flags))?;
         }
-        let mut f = self.open_checked(d, i, flags)?;
-        f.kill_priv = !cred.has(Caps::FSETID);
+        let unprivileged = !cred.has(Caps::FSETID);
+        let f = self.open_checked(d, i, flags, unprivileged)?;
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if f.kill_priv && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
-            self.kill_priv(i);
+        if unprivileged && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
+            kill_priv(&*self.sb().fs, i);
         }
         Ok(f)
     }
@@ -248,7 +274,7 @@ impl Vfs {
     pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
-        self.open_checked(d, i, flags)
+        self.open_checked(d, i, flags, false)
     }
 
     /// The open itself, once the checks passed: O_TRUNC, then the backend.
@@ -257,6 +283,7 @@ impl Vfs {
         d: &DentryRef<'v>,
         i: &Inode,
         flags: i32,
+        kill_priv: bool,
     ) -> Result<OpenFile<'v>> {
         // Linux truncates with O_RDONLY too (open checked write permission).
         if flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
@@ -267,14 +294,13 @@ impl Vfs {
             self.setattr_dentry(d, &set, Ctx::ROOT)?;
         }
         let fh = self.sb().fs.open(i.ino, flags)?;
-        Ok(OpenFile {
-            vfs: self,
-            dentry: Some(d.clone()),
-            ino: i.ino,
-            fh,
-            flags,
-            kill_priv: false,
-        })
+        let extra = if kill_priv { FMODE_KILL_PRIV } else { 0 };
+        let fs = &self.sb().fs;
+        // SAFETY: the Super owns `fs` until the Vfs drops, and the file's
+        // path is a `DentryRef<'v>`: no reference to the file outlives `'v`
+        // (`OpenFile::from_raw`'s contract covers a file held as a number).
+        let f = unsafe { FileRef::open_borrowing_fs(d.clone(), fs, i.ino, fh, flags, extra) };
+        Ok(OpenFile(f))
     }
 }
 
