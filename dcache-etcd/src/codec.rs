@@ -282,6 +282,15 @@ impl Rec {
     pub fn is_dir(&self) -> bool {
         self.kind == FileType::Directory
     }
+
+    /// Mode, owner and group, as dcache's permission rules take them.
+    pub fn perm_of(&self) -> dcache::permission::Perm {
+        dcache::permission::Perm {
+            mode: self.kind.mode_bits() | self.perm as u32,
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
 }
 
 /// A directory entry as stored.

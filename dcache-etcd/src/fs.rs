@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dcache::fs::{StatFs, Validity, NAME_MAX};
+use dcache::permission;
 use dcache::{
     Attr, Ctx, DirEntry, Errno, FileSystem, FileType, Ino, RenameFlags, Result, SetAttr, SetTime,
     Timespec,
@@ -39,12 +40,9 @@ const INO_BATCH: u64 = 64;
 /// etcd's default backend quota (`--quota-backend-bytes`), reported by
 /// statfs.
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
-const S_ISGID: u16 = 0o2000;
 /// A directory's size grows by this per entry, from two (`.` and `..`) in
 /// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
 const DIRENT: u64 = 20;
-const S_ISUID: u16 = 0o4000;
-const S_IXGRP: u16 = 0o010;
 
 /// A namespace held in etcd, served to a [`dcache::Vfs`].
 pub struct EtcdFs {
@@ -450,14 +448,7 @@ impl Inner {
             if is_dir && drec.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK);
             }
-            let mut perm = perm & 0o7777;
-            let mut gid = ctx.gid;
-            if drec.perm & S_ISGID != 0 {
-                gid = drec.gid;
-                if is_dir {
-                    perm |= S_ISGID;
-                }
-            }
+            let (perm, gid) = permission::inode_init_owner(drec.perm_of(), ctx.gid, perm, is_dir);
             let mut rec = Rec::new(kind, perm, ctx.uid, gid);
             rec.rdev = rdev;
             rec.target = target.to_vec();
@@ -954,10 +945,9 @@ impl Inner {
             if set.uid.is_some() || set.gid.is_some() {
                 rec.uid = set.uid.unwrap_or(rec.uid);
                 rec.gid = set.gid.unwrap_or(rec.gid);
-                if !rec.is_dir() && set.perm.is_none() {
-                    rec.perm &= !S_ISUID;
-                    if rec.perm & S_IXGRP != 0 {
-                        rec.perm &= !S_ISGID;
+                if set.perm.is_none() {
+                    if let Some(m) = permission::mode_after_chown(rec.perm_of()) {
+                        rec.perm = m;
                     }
                 }
             }

@@ -186,6 +186,19 @@ pub fn chown(cred: &Cred, p: Perm, uid: Option<u32>, gid: Option<u32>) -> Result
     Ok(())
 }
 
+/// The permission bits and group of a new inode in directory `dir`
+/// (Linux's `inode_init_owner`): a set-group-ID directory hands its group
+/// down, and its set-gid bit to subdirectories; otherwise the creator's
+/// `gid`. For backends that make inodes themselves.
+pub fn inode_init_owner(dir: Perm, gid: u32, perm: u16, is_dir: bool) -> (u16, u32) {
+    let perm = perm & 0o7777;
+    if dir.mode & S_ISGID == 0 {
+        return (perm, gid);
+    }
+    let setgid = if is_dir { S_ISGID as u16 } else { 0 };
+    (perm | setgid, dir.gid)
+}
+
 /// After a chown of a non-directory, the mode Linux leaves: S_ISUID
 /// cleared, and S_ISGID cleared when group-executable (always, whoever
 /// asks). `None` when nothing changes.

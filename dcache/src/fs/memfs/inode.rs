@@ -79,6 +79,15 @@ impl Inode {
         }
     }
 
+    /// Mode, owner and group, as the permission rules take them.
+    pub fn perm_of(&self) -> crate::permission::Perm {
+        crate::permission::Perm {
+            mode: self.kind.mode_bits() | self.perm as u32,
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+
     pub fn is_dir(&self) -> bool {
         self.kind == FileType::Directory
     }

@@ -11,14 +11,11 @@ use super::Limits;
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, Ino, SetAttr, SetTime, StatFs, Timespec};
 use crate::fs::{NAME_MAX, PATH_MAX};
+use crate::permission;
 
 /// The root directory's inode number; later inodes count up from here and
 /// a number is never handed out twice.
 pub const ROOT: Ino = 1;
-
-const S_ISUID: u16 = 0o4000;
-const S_ISGID: u16 = 0o2000;
-const S_IXGRP: u16 = 0o010;
 
 /// What an open handle may do.
 #[derive(Debug)]
@@ -188,16 +185,7 @@ impl Tree {
         if self.inodes.len() as u64 >= self.max_inodes {
             return Err(Errno::ENOSPC);
         }
-        // A set-group-ID directory hands its group down, and its set-gid bit
-        // to subdirectories (BSD group semantics, as every Linux fs does).
-        let mut perm = perm & 0o7777;
-        let mut gid = ctx.gid;
-        if parent.perm & S_ISGID != 0 {
-            gid = parent.gid;
-            if is_dir {
-                perm |= S_ISGID;
-            }
-        }
+        let (perm, gid) = permission::inode_init_owner(parent.perm_of(), ctx.gid, perm, is_dir);
         let now = Timespec::now();
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -385,10 +373,9 @@ impl Tree {
             inode.gid = set.gid.unwrap_or(inode.gid);
             // chown of a non-directory drops set-user-ID, and set-group-ID
             // when it means "group may execute" (not mandatory locking).
-            if !inode.is_dir() && set.perm.is_none() {
-                inode.perm &= !S_ISUID;
-                if inode.perm & S_IXGRP != 0 {
-                    inode.perm &= !S_ISGID;
+            if set.perm.is_none() {
+                if let Some(m) = permission::mode_after_chown(inode.perm_of()) {
+                    inode.perm = m;
                 }
             }
         }
