@@ -286,16 +286,9 @@ fn drive(
                 for _ in 0..t.seconds {
                     next += Duration::from_secs(1);
                     sleep_until(next);
-                    let cur = read_ops(&slots);
-                    let deltas: Vec<u64> = cur
-                        .iter()
-                        .zip(&prev)
-                        .map(|(c, p)| c.saturating_sub(*p))
-                        .collect();
-                    let sample = Sample::from_deltas(&deltas);
+                    let sample = sample_since(&slots, &mut prev);
                     on_sample(sample);
                     samples.push(sample);
-                    prev = cur;
                     progress.tick();
                 }
                 cpu_util = utilisation(&cpu_start, &cpu_times(&slots), measure_start.elapsed());
@@ -307,16 +300,9 @@ fn drive(
                 while !all_done(&slots) {
                     let now = Instant::now();
                     if now >= next {
-                        let cur = read_ops(&slots);
-                        let deltas: Vec<u64> = cur
-                            .iter()
-                            .zip(&prev)
-                            .map(|(c, p)| c.saturating_sub(*p))
-                            .collect();
-                        let sample = Sample::from_deltas(&deltas);
+                        let sample = sample_since(&slots, &mut prev);
                         on_sample(sample);
                         samples.push(sample);
-                        prev = cur;
                         next += Duration::from_secs(1);
                     }
                     thread::sleep((next - now.min(next)).min(Duration::from_millis(2)));
@@ -404,6 +390,19 @@ fn loop_utilisation(slots: &[Slot]) -> Option<f64> {
             (c.saturating_add(ci), e.saturating_add(ei))
         });
     (wall > 0).then(|| cpu as f64 / wall as f64)
+}
+
+/// One second's sample: each worker's operations since `prev`, which
+/// becomes the current counts.
+fn sample_since(slots: &[Slot], prev: &mut Vec<u64>) -> Sample {
+    let cur = read_ops(slots);
+    let deltas: Vec<u64> = cur
+        .iter()
+        .zip(prev.iter())
+        .map(|(c, p)| c.saturating_sub(*p))
+        .collect();
+    *prev = cur;
+    Sample::from_deltas(&deltas)
 }
 
 fn read_ops(slots: &[Slot]) -> Vec<u64> {
