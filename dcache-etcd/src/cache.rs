@@ -45,6 +45,9 @@ pub struct CacheStats {
     pub watch_restarts: AtomicU64,
     /// Times the watch fell behind a compaction (everything revalidated).
     pub resyncs: AtomicU64,
+    /// Changes by other clients (entries and inode records) reported to
+    /// the Vfs, and through it to its frontend (the kernel, for a mount).
+    pub invalidations: AtomicU64,
 }
 
 pub(crate) struct Cache {

@@ -12,9 +12,12 @@
 //! | `P/n` | the next free inode number (8 bytes LE) |
 //! | `P/o/<client id>` | the id of that client's last committed transaction |
 //!
-//! Only `P/w/` is watched: inode records (whose mod_revision is the
-//! revision a cached entry of that directory is validated against) and the
-//! heartbeats that measure how current the watch is.
+//! The watch covers `P/d/` up to the end of `P/w/` (everything but file
+//! data): inode records (whose mod_revision is the revision a cached entry
+//! of that directory is validated against), the heartbeats that measure how
+//! current the watch is, directory entries (which name changed, for the
+//! invalidations a client passes on) and the marker keys (which changes are
+//! the client's own).
 
 use dcache::{Attr, Errno, FileType, Ino, Result, Timespec};
 
@@ -55,9 +58,13 @@ impl Keys {
         v
     }
 
-    /// Everything that is watched.
+    /// The first key watched.
     pub fn watched(&self) -> Vec<u8> {
-        self.k(&[b"/w/"])
+        self.k(&[b"/d/"])
+    }
+    /// The end of the watched range (exclusive).
+    pub fn watched_end(&self) -> Vec<u8> {
+        prefix_end(&self.k(&[b"/w/"]))
     }
     pub fn inode_prefix(&self) -> Vec<u8> {
         self.k(&[b"/w/i/"])
@@ -76,6 +83,17 @@ impl Keys {
             return None;
         }
         u64::from_str_radix(std::str::from_utf8(rest).ok()?, 16).ok()
+    }
+    /// The directory and name of an entry key, `None` for any other key.
+    pub fn parse_entry<'k>(&self, key: &'k [u8]) -> Option<(Ino, &'k [u8])> {
+        let rest = key
+            .strip_prefix(self.prefix.as_slice())?
+            .strip_prefix(b"/d/")?;
+        if rest.len() < 18 || rest[16] != b'/' {
+            return None;
+        }
+        let dir = u64::from_str_radix(std::str::from_utf8(&rest[..16]).ok()?, 16).ok()?;
+        Some((dir, &rest[17..]))
     }
     pub fn entry(&self, dir: Ino, name: &[u8]) -> Vec<u8> {
         self.k(&[b"/d/", hex16(dir).as_bytes(), b"/", name])
@@ -354,5 +372,23 @@ mod tests {
         assert_eq!(k.parse_inode(&k.heartbeat("c1")), None);
         assert_eq!(prefix_end(b"/x/d/"), b"/x/d0".to_vec());
         assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        let e = k.entry(0x2a, b"name/with.dots");
+        assert_eq!(k.parse_entry(&e), Some((0x2a, &b"name/with.dots"[..])));
+        assert_eq!(k.parse_entry(&k.entries(0x2a)), None);
+        assert_eq!(k.parse_entry(&k.inode(3)), None);
+        assert_eq!(Keys::new("/y").parse_entry(&e), None);
+        // Everything but file data is watched.
+        let (lo, hi) = (k.watched(), k.watched_end());
+        for key in [
+            e,
+            k.inode(1),
+            k.heartbeat("c"),
+            k.op_marker("c"),
+            k.parent(9),
+        ] {
+            assert!(lo <= key && key < hi);
+        }
+        assert!(k.chunk(1, 0) < lo);
+        assert!(Keys::new("/x2").inode(1) >= hi);
     }
 }

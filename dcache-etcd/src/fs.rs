@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dcache::fs::{StatFs, Validity, NAME_MAX};
@@ -59,6 +59,17 @@ struct Inner {
     op_seq: AtomicU64,
     pool: Mutex<(u64, u64)>,
     rng: AtomicU64,
+    /// Set once a Vfs attaches: where the watch sends the changes other
+    /// clients made, for the thread that reports them to the Vfs.
+    inval: OnceLock<std::sync::mpsc::Sender<Change>>,
+    /// The invalidator of the Vfs attached last, which that thread uses.
+    attached: Arc<Mutex<Option<dcache::Invalidator>>>,
+}
+
+/// A change another client made, as the watch saw it.
+enum Change {
+    Entry(Ino, Vec<u8>),
+    Inode(Ino),
 }
 
 /// How a failed request is treated.
@@ -1185,6 +1196,7 @@ impl Inner {
 
     async fn watch_loop(self: Arc<Inner>) {
         let hb = self.keys.heartbeat(&self.client_id);
+        let marker = self.keys.op_marker(&self.client_id);
         let mut first = true;
         loop {
             if !first {
@@ -1197,7 +1209,9 @@ impl Inner {
             first = false;
             let start = self.cache.watched.load(Ordering::Acquire) + 1;
             let mut wc = self.client.watch_client();
-            let opts = WatchOptions::new().with_prefix().with_start_revision(start);
+            let opts = WatchOptions::new()
+                .with_range(self.keys.watched_end())
+                .with_start_revision(start);
             let stream = match tokio::time::timeout(
                 self.opts.timeout,
                 wc.watch(self.keys.watched(), Some(opts)),
@@ -1216,22 +1230,52 @@ impl Inner {
                     }
                     break;
                 }
+                // A transaction's events come in one response, its marker
+                // put among them when it is this client's own: those
+                // changes went through this client's Vfs already.
+                let own: Vec<i64> = resp
+                    .events()
+                    .iter()
+                    .filter_map(|ev| ev.kv())
+                    .filter(|kv| kv.key() == marker.as_slice())
+                    .map(|kv| kv.mod_revision())
+                    .collect();
+                let mut changes = Vec::new();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     let rev = kv.mod_revision();
+                    let theirs = !own.contains(&rev);
                     if let Some(ino) = self.keys.parse_inode(kv.key()) {
                         let rec = match ev.event_type() {
                             EventType::Put => Rec::decode(kv.value()).ok(),
                             EventType::Delete => None,
                         };
+                        if theirs && rec.is_some() {
+                            changes.push(Change::Inode(ino));
+                        }
                         self.cache.event(ino, rec, rev);
                     } else {
                         self.cache.passed(rev);
-                        if kv.key() == hb.as_slice() && ev.event_type() == EventType::Put {
+                        if let Some((dir, name)) = self.keys.parse_entry(kv.key()) {
+                            if theirs {
+                                changes.push(Change::Entry(dir, name.to_vec()));
+                            }
+                        } else if kv.key() == hb.as_slice() && ev.event_type() == EventType::Put {
                             if let Ok(sent) = decode_u64(kv.value()) {
                                 self.cache.synced(sent);
                             }
                         }
+                    }
+                }
+                // Reported only now that the cache has applied the whole
+                // response: a lookup the report causes must see the change.
+                if let Some(tx) = self.inval.get() {
+                    for c in changes {
+                        self.cache
+                            .stats
+                            .invalidations
+                            .fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(c);
                     }
                 }
             }
@@ -1351,6 +1395,8 @@ impl EtcdFs {
             op_seq: AtomicU64::new(1),
             pool: Mutex::new((0, 0)),
             rng: AtomicU64::new(nanos | 1),
+            inval: OnceLock::new(),
+            attached: Arc::default(),
         });
         let i = inner.clone();
         run_on(&rt, async move { i.init(i.deadline()).await })?;
@@ -1647,6 +1693,42 @@ impl FileSystem for EtcdFs {
 
     fn needs_revalidate(&self) -> bool {
         true
+    }
+
+    /// Keep the Vfs's invalidator: the watch's changes by other clients go
+    /// to a thread of our own that reports them (a report may wait for
+    /// lookups in progress, which wait on this client's runtime).
+    fn attach(&self, inval: dcache::Invalidator) {
+        // A Vfs built later over the same client replaces an earlier one.
+        *self
+            .inner
+            .attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(inval);
+        let (tx, rx) = std::sync::mpsc::channel::<Change>();
+        if self.inner.inval.set(tx).is_err() {
+            return; // the thread runs already
+        }
+        let attached = self.inner.attached.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dcache-etcd-inval".into())
+            .spawn(move || {
+                // Ends when the watch's sender goes with the client.
+                for c in rx {
+                    let Some(inval) = attached.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                    else {
+                        continue;
+                    };
+                    match c {
+                        Change::Entry(dir, name) => inval.entry(dir, &name),
+                        Change::Inode(ino) => inval.inode(ino, None),
+                    }
+                }
+            });
+        // Without the thread the watch's sends fail and nothing is told:
+        // a mount's kernel then sees other clients' changes only after its
+        // timeouts; the Vfs itself still revalidates every use.
+        drop(spawned);
     }
 
     fn dir_cookie(&self, _dir: Ino) -> u64 {

@@ -219,3 +219,72 @@ fn propagation_time_over_1000_changes() {
     // Generous: a loaded 2-core CI machine.
     assert!(pct(&all, 99.0) < Duration::from_secs(2));
 }
+
+/// What B's Vfs is told about A's changes (and not about its own): the
+/// reports a FUSE mount of B passes on to its kernel.
+#[test]
+fn changes_by_others_are_reported_to_the_vfs() {
+    use std::sync::{Arc, Mutex};
+    if !etcd_available("changes_by_others_are_reported_to_the_vfs") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.spec("/t3");
+    let (_fa, a) = client(&spec, Options::default());
+    let (fb, b) = client(&spec, Options::default());
+    let heard: Arc<Mutex<Vec<String>>> = Arc::default();
+    let h = heard.clone();
+    b.subscribe(move |w| {
+        h.lock().unwrap().push(match w {
+            dcache::Invalidation::Entry { dir, name } => {
+                format!("entry {dir} {}", String::from_utf8_lossy(name))
+            }
+            dcache::Invalidation::Inode { ino } => format!("inode {ino}"),
+        })
+    });
+    let root = b.root().ino().unwrap();
+    let has = |s: &str| heard.lock().unwrap().iter().any(|x| x == s);
+
+    // B caches the name as missing; A creates it.
+    assert_eq!(b.stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
+    a.mkdir(At::Root, "/x", 0o755, Ctx::ROOT).unwrap();
+    eventually(WAIT, || has(&format!("entry {root} x"))).expect("create reported");
+    // Reported after B's cache applied it: the next stat finds it.
+    let x = b.stat(At::Root, "/x").unwrap();
+    assert!(
+        has(&format!("inode {root}")),
+        "the parent's record changed too"
+    );
+
+    // chmod: the inode.
+    chmod(&a, "/x", 0o700);
+    eventually(WAIT, || has(&format!("inode {}", x.ino))).expect("chmod reported");
+    assert_eq!(b.stat(At::Root, "/x").unwrap().perm, 0o700);
+
+    // rename: both names.
+    a.rename(At::Root, "/x", At::Root, "/y", RenameFlags::NONE)
+        .unwrap();
+    eventually(WAIT, || {
+        has(&format!("entry {root} x")) && has(&format!("entry {root} y"))
+    })
+    .expect("rename reported");
+    assert_eq!(b.stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(b.stat(At::Root, "/y").unwrap().ino, x.ino);
+
+    // B's own change is not reported back to B.
+    heard.lock().unwrap().clear();
+    b.mkdir(At::Root, "/mine", 0o755, Ctx::ROOT).unwrap();
+    // A change by A after it: once that is heard, B's would have been too.
+    a.mkdir(At::Root, "/theirs", 0o755, Ctx::ROOT).unwrap();
+    eventually(WAIT, || has(&format!("entry {root} theirs"))).expect("A's mkdir reported");
+    assert!(
+        !has(&format!("entry {root} mine")),
+        "own change reported: {heard:?}"
+    );
+    assert!(
+        fb.stats()
+            .invalidations
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+}

@@ -20,6 +20,7 @@ use fuser::{
 use dcache::cred::{Caps, Cred};
 use dcache::errno::{Errno, Result};
 use dcache::permission::search_for_all;
+use dcache::Invalidation;
 use dcache::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
@@ -61,13 +62,31 @@ pub struct DcacheFs {
     report: Arc<OnceLock<Report>>,
     /// Set once the session is mounted, if it busy-polls (`poll_us`).
     poll: Arc<OnceLock<Arc<Poller>>>,
-    /// Set once the session is mounted: (parent node, name) entries for a
-    /// thread that asks the kernel to drop them (never from a handler).
+    /// Set once the session is mounted: what a thread asks the kernel to
+    /// drop from its cache (never from a handler).
     inval: InvalSlot,
 }
 
-/// Where the session puts the sender of its entry invalidator.
-pub type InvalSlot = Arc<OnceLock<Mutex<Sender<(u64, Vec<u8>)>>>>;
+/// Something the kernel's cache for this mount must drop, sent to it by the
+/// session's invalidator thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelInval {
+    /// The entry `name` under node `parent` (`FUSE_NOTIFY_INVAL_ENTRY`).
+    Entry {
+        /// The directory's node id.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+    },
+    /// Node `node`'s attributes and cached data (`FUSE_NOTIFY_INVAL_INODE`).
+    Inode {
+        /// The node id.
+        node: u64,
+    },
+}
+
+/// Where the session puts the sender of its invalidator thread.
+pub type InvalSlot = Arc<OnceLock<Mutex<Sender<KernelInval>>>>;
 
 fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
@@ -92,13 +111,30 @@ impl DcacheFs {
     /// Serve `vfs` with `cfg`.
     pub fn new(vfs: Vfs, cfg: FsConfig) -> DcacheFs {
         let core = FuseCore::new(vfs);
+        let inval: InvalSlot = Arc::new(OnceLock::new());
+        // Changes the backend reports underneath the Vfs (another client
+        // of a shared namespace, say) reach the kernel's cache too: queued
+        // for the invalidator thread, as the reporting thread may be one a
+        // handler waits for.
+        let (slot, ids) = (inval.clone(), core.ids());
+        core.vfs().subscribe(move |what| {
+            let Some(tx) = slot.get() else { return };
+            let msg = match what {
+                Invalidation::Entry { dir, name } => KernelInval::Entry {
+                    parent: ids.id(dir),
+                    name: name.to_vec(),
+                },
+                Invalidation::Inode { ino } => KernelInval::Inode { node: ids.id(ino) },
+            };
+            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(msg);
+        });
         DcacheFs {
             stats: core.stats(),
             core,
             cfg,
             report: Arc::new(OnceLock::new()),
             poll: Arc::new(OnceLock::new()),
-            inval: Arc::new(OnceLock::new()),
+            inval,
         }
     }
 
@@ -150,10 +186,14 @@ impl DcacheFs {
     /// Queue an invalidation of node `id`'s entry in its parent (sent by
     /// the session's invalidator thread, outside any handler).
     fn invalidate_entry_of(&self, id: NodeId) {
-        let (Some(tx), Some(e)) = (self.inval.get(), self.core.parent_and_name(id)) else {
+        let (Some(tx), Some((parent, name))) = (self.inval.get(), self.core.parent_and_name(id))
+        else {
             return;
         };
-        let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(e);
+        let _ = tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(KernelInval::Entry { parent, name });
     }
 
     /// Every request: tell the poller (if any) that work arrived.

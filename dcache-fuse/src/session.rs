@@ -55,7 +55,7 @@ use dcache::fs::FileSystem;
 use dcache::Vfs;
 
 use super::backend::Backend;
-use super::fs::{DcacheFs, FsConfig, InvalSlot};
+use super::fs::{DcacheFs, FsConfig, InvalSlot, KernelInval};
 use super::options::{MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
@@ -178,18 +178,26 @@ fn abandon(bg: BackgroundSession) {
     let _ = ManuallyDrop::new(bg);
 }
 
-/// A thread that sends the kernel the entry invalidations handlers queue
-/// (a handler must not send one itself: the kernel may hold the locks the
-/// notification needs until that very handler replies). It ends when the
-/// filesystem, which holds the sender, is gone.
+/// A thread that sends the kernel the invalidations handlers queue (a
+/// handler must not send one itself: the kernel may hold the locks the
+/// notification needs until that very handler replies) and those the
+/// backend reports through the Vfs. It ends when the filesystem, which
+/// holds the sender, is gone.
 fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
-    let (tx, rx) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+    let (tx, rx) = std::sync::mpsc::channel::<KernelInval>();
     std::thread::Builder::new()
         .name("dcache-inval".into())
         .spawn(move || {
-            for (parent, name) in rx {
-                // ENOENT: the kernel held nothing under that name.
-                let _ = notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name));
+            for msg in rx {
+                // ENOENT: the kernel held nothing of that name or node.
+                let _ = match msg {
+                    KernelInval::Entry { parent, name } => {
+                        notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name))
+                    }
+                    // Offset 0, length 0: the attributes and every cached
+                    // page.
+                    KernelInval::Inode { node } => notifier.inval_inode(INodeNo(node), 0, 0),
+                };
             }
         })?;
     let _ = slot.set(std::sync::Mutex::new(tx));

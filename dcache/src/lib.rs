@@ -83,7 +83,8 @@ pub mod oflags {
 pub use cred::{Caps, Cred};
 pub use errno::{Errno, Result};
 pub use fs::{
-    Attr, Ctx, DirEntry, FileSystem, FileType, Ino, RenameFlags, SetAttr, SetTime, Timespec,
+    Attr, Ctx, DirEntry, FileSystem, FileType, Ino, Invalidation, Invalidator, RenameFlags,
+    SetAttr, SetTime, Timespec,
 };
 pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, Vfs};
 // For dcache-bench and the integration tests (the lockref stat mode); not

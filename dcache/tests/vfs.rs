@@ -472,3 +472,21 @@ fn every_name_length_hits_in_rcu_walk() {
         assert_eq!(c.ref_walks(), walks, "name of {} bytes fell back", n.len());
     }
 }
+
+#[test]
+fn a_directory_replaced_with_names_cached_under_it_is_freed_at_drop() {
+    let fs = Arc::new(MemFs::new());
+    fs.mkdir_p("a", 0o755).unwrap();
+    fs.mkdir_p("b", 0o755).unwrap();
+    let vfs = Vfs::new(fs).unwrap();
+    // A cached miss under b pins b's dentry...
+    assert_eq!(vfs.stat(At::Root, "b/nope").unwrap_err(), Errno::ENOENT);
+    let held = vfs.lookup(At::Root, "b", true).unwrap();
+    // ...which a rename over it unhashes while it is held.
+    vfs.rename(At::Root, "a", At::Root, "b", RenameFlags::NONE)
+        .unwrap();
+    drop(held);
+    let c = vfs.counters();
+    drop(vfs);
+    assert_eq!((c.dentries(), c.inodes(), c.allocated()), (0, 0, 0));
+}

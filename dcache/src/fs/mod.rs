@@ -8,9 +8,12 @@
 //!
 //! Every method returns the POSIX errno a local filesystem would give.
 
+pub mod invalidate;
 pub mod kernfs;
 pub mod memfs;
 pub mod passthrough;
+
+pub use invalidate::{Invalidation, Invalidator};
 
 use crate::errno::{Errno, Result};
 
@@ -509,6 +512,12 @@ pub trait FileSystem: Send + Sync + 'static {
     /// own count. Backends that keep per-inode resources (open fds) release
     /// them when their count reaches zero.
     fn forget(&self, _ino: Ino, _nlookup: u64) {}
+
+    /// Called once, when a `Vfs` is built over this backend, with the
+    /// handle through which the backend reports changes made underneath
+    /// it (see [`invalidate`]). A backend that sees such changes keeps it;
+    /// the default drops it.
+    fn attach(&self, _inval: Invalidator) {}
 
     /// Whether cached entries of this backend can go stale underneath the
     /// dcache, so `revalidate` must be asked on every use. Read once when the

@@ -9,7 +9,7 @@
 //! lockless walker that might stand on it has left its read section.
 
 use std::borrow::Borrow;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering as StdOrdering;
@@ -18,7 +18,7 @@ use super::{DentryRef, Super};
 use crate::dentry::{
     name_hash, Dentry, D_HASHED, D_KILLED, D_LRU_LIST, D_NEG_COUNTED, D_REFERENCED, D_ROOT,
 };
-use crate::fs::{Attr, Ino};
+use crate::fs::{Attr, FileType, Ino};
 use crate::inode::Inode;
 use crate::lockref::LockRefGuard;
 use crate::sync::Ordering;
@@ -61,7 +61,7 @@ pub(crate) fn d_alloc_root(sb: *const Super, attr: &Attr) -> *mut Dentry {
     let s = sb_of(dr);
     s.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
     s.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
-    let inode = iget(s, attr);
+    let inode = iget(s, attr, d);
     dr.d_inode.store(inode, Ordering::Relaxed);
     d
 }
@@ -98,7 +98,7 @@ pub(crate) unsafe fn d_alloc_hashed(
         sb.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
         sb.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
         if let Some(a) = attr {
-            dr.d_inode.store(iget(sb, a), Ordering::Relaxed);
+            dr.d_inode.store(iget(sb, a, d), Ordering::Relaxed);
         }
         // The child pins its parent.
         // SAFETY: the caller holds a reference on parent.
@@ -142,7 +142,7 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
     }
     let inode = dr.d_inode.swap(std::ptr::null_mut(), Ordering::Relaxed);
     if !inode.is_null() {
-        iput(sb, inode);
+        iput(sb, inode, d);
     }
     let parent = dr.d_parent.load(Ordering::Relaxed);
     // SAFETY: we took a reference on the parent in d_alloc_hashed.
@@ -164,8 +164,17 @@ fn discard_unpublished(sb: &Super, d: *mut Dentry) {
 /// `HashMap<Ino, _>`'s 16 (measured: ~18 instead of ~34 bytes per cached
 /// path, `docs/memory.md`). Used under `Super::inodes`' mutex only, on the
 /// slow paths (iget, iput, teardown).
+///
+/// Beside it, for directory inodes only, the dentries that point to each
+/// (Linux's `i_dentry` alias list, which `d_find_alias` reads): how an
+/// entry invalidation, which names a directory by inode number, finds the
+/// hash chains its name is on. Usually one; more while a directory renamed
+/// underneath is still cached under its old name too.
 #[derive(Default)]
-pub(crate) struct InodeMap(HashSet<Mapped>);
+pub(crate) struct InodeMap {
+    inodes: HashSet<Mapped>,
+    aliases: HashMap<NonNull<Inode>, Vec<NonNull<Dentry>>>,
+}
 
 /// One entry: an inode that is live for as long as it is in the map (iput
 /// removes it before retiring it). Never copied out of the map.
@@ -202,13 +211,13 @@ impl Borrow<Ino> for Mapped {
 }
 
 impl InodeMap {
-    fn get(&self, ino: Ino) -> Option<NonNull<Inode>> {
-        self.0.get(&ino).map(|m| m.0)
+    pub(crate) fn get(&self, ino: Ino) -> Option<NonNull<Inode>> {
+        self.inodes.get(&ino).map(|m| m.0)
     }
 
     /// Map `p` under its number, replacing any inode mapped there.
     fn insert(&mut self, p: NonNull<Inode>) {
-        self.0.replace(Mapped(p));
+        self.inodes.replace(Mapped(p));
     }
 
     /// Unmap `p` if it is the inode mapped under its number.
@@ -216,48 +225,88 @@ impl InodeMap {
         // SAFETY: the caller's inode is live.
         let ino = unsafe { p.as_ref() }.ino;
         if self.get(ino) == Some(p) {
-            self.0.remove(&ino);
+            self.inodes.remove(&ino);
         }
+    }
+
+    /// Record that dentry `d` points to directory inode `p`.
+    fn add_alias(&mut self, p: NonNull<Inode>, d: NonNull<Dentry>) {
+        self.aliases.entry(p).or_default().push(d);
+    }
+
+    /// Dentry `d` no longer points to directory inode `p`.
+    fn remove_alias(&mut self, p: NonNull<Inode>, d: NonNull<Dentry>) {
+        if let Some(v) = self.aliases.get_mut(&p) {
+            v.retain(|&x| x != d);
+            if v.is_empty() {
+                self.aliases.remove(&p);
+            }
+        }
+    }
+
+    /// The dentries pointing to directory inode `p`. Each is live while it
+    /// is listed (kill and d_delete unlist it, in `iput`, before the
+    /// dentry can be freed), so valid to borrow under the map's lock.
+    pub(crate) fn aliases(&self, p: NonNull<Inode>) -> &[NonNull<Dentry>] {
+        self.aliases.get(&p).map_or(&[], |v| v.as_slice())
     }
 }
 
 /// The inode object for `attr.ino`, shared by all its dentries; takes one
-/// dentry reference on it. Refreshes the cached attributes.
-pub(crate) fn iget(sb: &Super, attr: &Attr) -> *mut Inode {
+/// dentry reference on it, for dentry `d`. Refreshes the cached attributes.
+pub(crate) fn iget(sb: &Super, attr: &Attr, d: *const Dentry) -> *mut Inode {
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = map.get(attr.ino) {
+    let found = map.get(attr.ino).filter(|p| {
         // SAFETY: mapped inodes are live (removed from the map before free).
         let i = unsafe { p.as_ref() };
-        if i.kind() == attr.kind {
+        // Otherwise the backend reused the number for a different object:
+        // the old inode stays with its old dentries; new ones get a fresh
+        // one.
+        i.kind() == attr.kind
+    });
+    let p = match found {
+        Some(p) => {
+            // SAFETY: as above.
+            let i = unsafe { p.as_ref() };
             i.set_attr(attr);
             i.i_dentries.fetch_add(1, Ordering::Relaxed);
             i.i_nlookup.fetch_add(1, Ordering::Relaxed);
-            return p.as_ptr();
+            p
         }
-        // The backend reused the number for a different object: the old
-        // inode stays with its old dentries; new ones get a fresh one.
+        None => {
+            let p = sb.inode_cache.alloc(Inode::new(attr));
+            // SAFETY: fresh.
+            unsafe { p.as_ref() }.i_dentries.store(1, Ordering::Relaxed);
+            // SAFETY: fresh.
+            unsafe { p.as_ref() }.i_nlookup.store(1, Ordering::Relaxed);
+            sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
+            map.insert(p);
+            p
+        }
+    };
+    if attr.kind == FileType::Directory {
+        // SAFETY: the caller's dentry is allocated, so not null.
+        map.add_alias(p, unsafe { NonNull::new_unchecked(d.cast_mut()) });
     }
-    let p = sb.inode_cache.alloc(Inode::new(attr));
-    // SAFETY: fresh.
-    unsafe { p.as_ref() }.i_dentries.store(1, Ordering::Relaxed);
-    // SAFETY: fresh.
-    unsafe { p.as_ref() }.i_nlookup.store(1, Ordering::Relaxed);
-    sb.counters.inodes.fetch_add(1, StdOrdering::Relaxed);
-    map.insert(p);
     p.as_ptr()
 }
 
-/// Drop one dentry reference on an inode; at zero, unmap it, tell the
+/// Drop dentry `d`'s reference on an inode; at zero, unmap it, tell the
 /// backend (`forget`) and free it after a grace period.
-pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
+pub(crate) fn iput(sb: &Super, inode: *mut Inode, d: *const Dentry) {
     // SAFETY: the caller gives up a dentry reference it held.
     let i = unsafe { &*inode };
+    // SAFETY: the caller's reference kept it live, so not null.
+    let p = unsafe { NonNull::new_unchecked(inode) };
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    if i.is_dir() {
+        // SAFETY: the caller's dentry is allocated, so not null.
+        map.remove_alias(p, unsafe { NonNull::new_unchecked(d.cast_mut()) });
+    }
     if i.i_dentries.fetch_sub(1, Ordering::Relaxed) != 1 {
         return;
     }
-    // SAFETY: the caller's reference kept it live, so not null.
-    map.remove(unsafe { NonNull::new_unchecked(inode) });
+    map.remove(p);
     let nlookup = i.i_nlookup.load(Ordering::Relaxed);
     drop(map);
     sb.fs.forget(i.ino, nlookup);
@@ -289,7 +338,7 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode) {
 /// Bind a negative dentry to an inode (create, mkdir, ...). The caller holds
 /// a reference on `d` and the parent's i_rwsem for writing.
 pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
-    let inode = iget(sb, attr);
+    let inode = iget(sb, attr, d);
     let _g = d.d_lockref.lock();
     d.d_seq.write_begin();
     // SeqCst: an RCU-published pointer (readers load it with SeqCst).
@@ -301,7 +350,7 @@ pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
     }
     drop(_g);
     if !old.is_null() {
-        iput(sb, old);
+        iput(sb, old, d);
     }
 }
 
@@ -326,7 +375,7 @@ pub(crate) fn d_delete(sb: &Super, dref: DentryRef<'_>) {
         }
         drop(g);
         if !old.is_null() {
-            iput(sb, old);
+            iput(sb, old, d);
         }
     } else {
         unhash_locked(sb, d, &g);
@@ -461,7 +510,7 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
     let listed = d.flags() & D_LRU_LIST != 0;
     drop(g);
     if !inode.is_null() {
-        iput(sb, inode);
+        iput(sb, inode, dp);
     }
     let parent = d.d_parent.load(Ordering::Relaxed);
     // SAFETY: the child's reference keeps the parent alive until we put it.
@@ -582,6 +631,21 @@ pub(crate) fn teardown(sb: &Super) -> bool {
     // directly; order does not matter, nothing is dereferenced after.
     let mut frees = sb.table.drain_all();
     frees.push(sb.root());
+    // An unhashed dentry still alive is pinned by a child (it would have
+    // been killed at count 0 otherwise): a directory unlinked, replaced or
+    // invalidated while names under it stayed cached. It is an ancestor of
+    // a hashed one; find each once.
+    let mut seen: HashSet<usize> = frees.iter().map(|&d| d as usize).collect();
+    for i in 0..frees.len() {
+        // SAFETY: exclusive access during drop; every listed dentry is
+        // allocated, and so is the parent each pins.
+        let mut p = unsafe { &*frees[i] }.d_parent.load(Ordering::Relaxed);
+        while !p.is_null() && seen.insert(p as usize) {
+            frees.push(p);
+            // SAFETY: as above.
+            p = unsafe { &*p }.d_parent.load(Ordering::Relaxed);
+        }
+    }
     {
         // Killed dentries still on a list are not in the table; the lists
         // own their memory, so they are freed here too.
@@ -613,6 +677,7 @@ pub(crate) fn teardown(sb: &Super) -> bool {
         unsafe { sb.dentry_cache.free(NonNull::new_unchecked(d)) };
     }
     let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    map.aliases.clear();
     let mut seen = std::collections::HashSet::new();
     for i in inodes {
         if seen.insert(i as usize) {

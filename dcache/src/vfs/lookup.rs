@@ -133,7 +133,13 @@ impl Vfs {
                             if let Some(a) = inode.try_attr() {
                                 if !dd.d_seq.read_retry(seq) {
                                     if sb.revalidate {
-                                        return Some(self.refresh_attr(inode, a));
+                                        // Without a reference the inode may
+                                        // be dying and already forgotten by
+                                        // the backend (a name replaced and
+                                        // invalidated meanwhile): an error
+                                        // is retried in ref-walk, which
+                                        // holds what it asks about.
+                                        return self.refresh_attr(inode, a).ok().map(Ok);
                                     }
                                     return Some(Ok(a));
                                 }

@@ -14,7 +14,10 @@
 
 mod as_cred;
 pub(crate) mod dcache;
+mod invalidate;
 mod lookup;
+#[cfg(all(test, loom))]
+mod loom_invalidate;
 #[cfg(all(test, loom))]
 mod loom_walk;
 mod open;
@@ -158,6 +161,8 @@ pub(crate) struct Super {
     pub(crate) lru: Mutex<dcache::Lru>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) config: Config,
+    /// Where reported changes underneath arrive (see `invalidate`).
+    pub(crate) hub: Arc<invalidate::Hub>,
     /// Set once, right after the Super is placed at its final address (the
     /// root dentry points back to it); atomic so no `&mut Super` is ever
     /// needed, which would invalidate the `d_sb` pointers dentries hold.
@@ -389,16 +394,19 @@ impl Vfs {
             lru: Mutex::new(dcache::Lru::default()),
             counters: Arc::new(Counters::default()),
             config,
+            hub: Arc::new(invalidate::Hub::new()),
             root: AtomicPtr::new(std::ptr::null_mut()),
         });
         let sbp = Box::into_raw(sb);
         let root = dcache::d_alloc_root(sbp, &root_attr);
         // SAFETY: sbp is the live allocation we just leaked; shared access.
-        unsafe { &*sbp }.root.store(root, Ordering::Relaxed);
-        Ok(Vfs {
-            // SAFETY: Box::into_raw never returns null.
-            sb: unsafe { NonNull::new_unchecked(sbp) },
-        })
+        let s = unsafe { &*sbp };
+        s.root.store(root, Ordering::Relaxed);
+        // SAFETY: Box::into_raw never returns null.
+        let sb = unsafe { NonNull::new_unchecked(sbp) };
+        s.hub.attach(sb);
+        s.fs.attach(crate::fs::Invalidator::new(s.hub.clone()));
+        Ok(Vfs { sb })
     }
 
     #[inline(always)]
@@ -476,6 +484,8 @@ impl Vfs {
 
 impl Drop for Vfs {
     fn drop(&mut self) {
+        // Reports from now on find nothing; one in progress ends first.
+        self.sb().hub.detach();
         if !dcache::teardown(self.sb()) {
             // Objects retired to crossbeam-epoch's global collector are
             // still waiting for the epoch to move (another thread sits in
