@@ -51,6 +51,9 @@ fn loom_invalidate_create_vs_lookup() {
                 let _ = vfs.stat(At::Root, "p/x");
             })
         };
+        // The backend is not modelled (std locks): a loom switch point
+        // first, so the lookup can also run before the change.
+        thread::yield_now();
         fs.create(p, b"x", 0o644, Ctx::ROOT).unwrap();
         vfs.invalidate_entry(p, b"x");
         t.join().unwrap();
@@ -71,6 +74,7 @@ fn loom_invalidate_unlink_vs_lookup() {
                 let _ = vfs.stat(At::Root, "p/f");
             })
         };
+        thread::yield_now();
         fs.unlink(p, b"f").unwrap();
         vfs.invalidate_entry(p, b"f");
         t.join().unwrap();
