@@ -114,7 +114,6 @@ fn drop_entry(sb: &Super, dir: Ino, name: &[u8]) {
         let map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
         let Some(p) = map.get(dir) else { return };
         map.aliases(p)
-            .iter()
             // SAFETY: listed aliases are live while the lock is held.
             .filter_map(|d| DentryRef::try_get(unsafe { d.as_ref() }))
             .collect()
