@@ -9,6 +9,7 @@
 //! lockless walker that might stand on it has left its read section.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
@@ -233,10 +234,11 @@ impl InodeMap {
 
     /// Record that dentry `d` points to directory inode `p`.
     fn add_alias(&mut self, p: NonNull<Inode>, d: NonNull<Dentry>) {
-        if self.alias.contains_key(&p) {
-            self.more_aliases.entry(p).or_default().push(d);
-        } else {
-            self.alias.insert(p, d);
+        match self.alias.entry(p) {
+            Entry::Occupied(_) => self.more_aliases.entry(p).or_default().push(d),
+            Entry::Vacant(v) => {
+                v.insert(d);
+            }
         }
     }
 
