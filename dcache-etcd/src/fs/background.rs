@@ -1,0 +1,185 @@
+//! Background tasks of [`Inner`], spawned on the client's runtime at
+//! connect: the heartbeat that tells how current the watch is, the watch
+//! that keeps the cache coherent and reports other clients' changes, and
+//! the endpoint health probe that takes dead members out of the balancer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, EventType, WatchOptions};
+
+use super::client::get;
+use super::{Change, Inner};
+use crate::codec::{decode_u64, Rec, ROOT_INO};
+
+impl Inner {
+    pub(super) async fn heartbeat_loop(self: Arc<Inner>) {
+        let key = self.keys.heartbeat(&self.client_id);
+        let every = self.opts.heartbeat_interval();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let sent = self.cache.now_ns();
+            let mut kv = self.client.kv_client();
+            let lim = self.opts.timeout.min(every * 4);
+            let _ =
+                tokio::time::timeout(lim, kv.put(key.clone(), sent.to_le_bytes().to_vec(), None))
+                    .await;
+        }
+    }
+
+    pub(super) async fn watch_loop(self: Arc<Inner>) {
+        let hb = self.keys.heartbeat(&self.client_id);
+        let marker = self.keys.op_marker(&self.client_id);
+        let mut first = true;
+        loop {
+            if !first {
+                self.cache
+                    .stats
+                    .watch_restarts
+                    .fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            first = false;
+            let start = self.cache.watched.load(Ordering::Acquire) + 1;
+            let mut wc = self.client.watch_client();
+            let opts = WatchOptions::new()
+                .with_range(self.keys.watched_end())
+                .with_start_revision(start);
+            let stream = match tokio::time::timeout(
+                self.opts.timeout,
+                wc.watch(self.keys.watched(), Some(opts)),
+            )
+            .await
+            {
+                Ok(Ok(s)) => s,
+                _ => continue,
+            };
+            // The sender half must stay alive, or the stream ends.
+            let (_tx, mut rx) = stream.split();
+            while let Ok(Some(resp)) = rx.message().await {
+                if resp.canceled() {
+                    if resp.compact_revision() > 0 {
+                        self.resync().await;
+                    }
+                    break;
+                }
+                // A transaction's events come in one response, its marker
+                // put among them when it is this client's own: those
+                // changes went through this client's Vfs already.
+                let own: Vec<i64> = resp
+                    .events()
+                    .iter()
+                    .filter_map(|ev| ev.kv())
+                    .filter(|kv| kv.key() == marker.as_slice())
+                    .map(|kv| kv.mod_revision())
+                    .collect();
+                let mut changes = Vec::new();
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    let rev = kv.mod_revision();
+                    let theirs = !own.contains(&rev);
+                    if let Some(ino) = self.keys.parse_inode(kv.key()) {
+                        let rec = match ev.event_type() {
+                            EventType::Put => Rec::decode(kv.value()).ok(),
+                            EventType::Delete => None,
+                        };
+                        if theirs && rec.is_some() {
+                            changes.push(Change::Inode(ino));
+                        }
+                        self.cache.event(ino, rec, rev);
+                    } else {
+                        self.cache.passed(rev);
+                        if let Some((dir, name)) = self.keys.parse_entry(kv.key()) {
+                            if theirs {
+                                changes.push(Change::Entry(dir, name.to_vec()));
+                            }
+                        } else if kv.key() == hb.as_slice() && ev.event_type() == EventType::Put {
+                            if let Ok(sent) = decode_u64(kv.value()) {
+                                self.cache.synced(sent);
+                            }
+                        }
+                    }
+                }
+                // Reported only now that the cache has applied the whole
+                // response: a lookup the report causes must see the change.
+                if let Some(tx) = self.inval.get() {
+                    for c in changes {
+                        self.cache
+                            .stats
+                            .invalidations
+                            .fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Endpoint failover: probe every member (a status request, so a
+    /// frozen member counts as down too) and take the ones that do not
+    /// answer out of the client's balancer, so requests stop being sent
+    /// there; put them back when they answer again. At least one endpoint
+    /// always stays in.
+    pub(super) async fn health_loop(self: Arc<Inner>, endpoints: Vec<String>) {
+        if endpoints.len() < 2 {
+            return;
+        }
+        let probe_every = Duration::from_millis(250);
+        let probe_limit = Duration::from_millis(400);
+        let mut probes: Vec<Option<Client>> = vec![None; endpoints.len()];
+        let mut out = vec![false; endpoints.len()];
+        loop {
+            tokio::time::sleep(probe_every).await;
+            for (i, ep) in endpoints.iter().enumerate() {
+                if probes[i].is_none() {
+                    let opts = ConnectOptions::new().with_connect_timeout(probe_limit);
+                    if let Ok(Ok(c)) = tokio::time::timeout(
+                        probe_limit,
+                        Client::connect([ep.as_str()], Some(opts)),
+                    )
+                    .await
+                    {
+                        probes[i] = Some(c);
+                    }
+                }
+                let up = match &mut probes[i] {
+                    Some(c) => matches!(
+                        tokio::time::timeout(probe_limit, c.status()).await,
+                        Ok(Ok(_))
+                    ),
+                    None => false,
+                };
+                if !up {
+                    probes[i] = None;
+                }
+                let n_out = out.iter().filter(|&&o| o).count();
+                if !up && !out[i] && n_out + 1 < endpoints.len() {
+                    if self.client.remove_endpoint(ep.as_str()).await.is_ok() {
+                        out[i] = true;
+                        self.cache
+                            .stats
+                            .endpoints_removed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if up && out[i] && self.client.add_endpoint(ep.as_str()).await.is_ok() {
+                    out[i] = false;
+                }
+            }
+        }
+    }
+
+    /// After a compaction gap: forget what the watch can no longer bring
+    /// up to date, and resume from the current revision.
+    async fn resync(&self) {
+        loop {
+            let dl = self.deadline();
+            if let Ok((rev, _)) = self.read(dl, vec![get(self.keys.inode(ROOT_INO))]).await {
+                self.cache.reset(rev);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Request plumbing for [`Inner`]: how a failed request is classified,
+//! the small `TxnOp`/`Compare` builders, decoding of the records a read
+//! returns, name checks, and the read/commit loops (deadlines, retries,
+//! the marker key that resolves a lost commit) with inode allocation and
+//! root creation built on them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dcache::fs::NAME_MAX;
+use dcache::{Errno, FileType, Ino, Result};
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse,
+};
+
+use super::{Inner, DIRENT, INO_BATCH};
+use crate::codec::{decode_u64, Entry, Rec, ROOT_INO};
+
+/// How a failed request is treated.
+enum Fail {
+    /// The cluster may answer later (no leader, member down): retry until
+    /// the deadline.
+    Transient,
+    Fatal(Errno),
+}
+
+fn classify(e: &etcd_client::Error) -> Fail {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(s) => {
+            let m = s.message();
+            if m.contains("database space exceeded") {
+                return Fail::Fatal(Errno::ENOSPC);
+            }
+            if m.contains("request is too large")
+                || m.contains("too many operations")
+                || m.contains("larger than max")
+            {
+                return Fail::Fatal(Errno::EFBIG);
+            }
+            use grpc::*;
+            match s.code() as i32 {
+                UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED | UNKNOWN | ABORTED | INTERNAL => {
+                    Fail::Transient
+                }
+                _ => Fail::Fatal(Errno::EIO),
+            }
+        }
+        E::TransportError(_) | E::IoError(_) => Fail::Transient,
+        _ => Fail::Fatal(Errno::EIO),
+    }
+}
+
+/// gRPC status codes (tonic's `Code` as i32).
+mod grpc {
+    pub const CANCELLED: i32 = 1;
+    pub const UNKNOWN: i32 = 2;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+    pub const ABORTED: i32 = 10;
+    pub const INTERNAL: i32 = 13;
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+pub(super) enum Outcome {
+    Committed(i64),
+    Conflict,
+}
+
+pub(super) fn get(key: Vec<u8>) -> TxnOp {
+    TxnOp::get(key, None)
+}
+
+pub(super) fn get_prefix(prefix: Vec<u8>) -> TxnOp {
+    TxnOp::get(prefix, Some(GetOptions::new().with_prefix()))
+}
+
+pub(super) fn same(key: Vec<u8>, mod_rev: i64) -> Compare {
+    Compare::mod_revision(key, CompareOp::Equal, mod_rev)
+}
+
+pub(super) fn absent(key: Vec<u8>) -> Compare {
+    Compare::version(key, CompareOp::Equal, 0)
+}
+
+pub(super) fn put(key: Vec<u8>, value: Vec<u8>) -> TxnOp {
+    TxnOp::put(key, value, None)
+}
+
+pub(super) fn delete(key: Vec<u8>) -> TxnOp {
+    TxnOp::delete(key, None)
+}
+
+pub(super) fn delete_prefix(prefix: Vec<u8>) -> TxnOp {
+    TxnOp::delete(prefix, Some(DeleteOptions::new().with_prefix()))
+}
+
+pub(super) fn rec_of(r: &GetResponse) -> Result<Option<(Rec, i64)>> {
+    match r.kvs().first() {
+        Some(kv) => Ok(Some((Rec::decode(kv.value())?, kv.mod_revision()))),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn entry_of(r: &GetResponse) -> Result<Option<(Entry, i64)>> {
+    match r.kvs().first() {
+        Some(kv) => Ok(Some((Entry::decode(kv.value())?, kv.mod_revision()))),
+        None => Ok(None),
+    }
+}
+
+/// A directory record, or ENOENT / ENOTDIR. A removed directory (nlink 0
+/// can only be seen mid-removal) is ENOENT.
+pub(super) fn dir_of(r: &GetResponse) -> Result<(Rec, i64)> {
+    let (rec, mr) = rec_of(r)?.ok_or(Errno::ENOENT)?;
+    if !rec.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok((rec, mr))
+}
+
+pub(super) fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(Errno::EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if name.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+impl Inner {
+    pub(super) fn deadline(&self) -> Instant {
+        Instant::now() + self.opts.timeout
+    }
+
+    /// Per-attempt limit: a dead member costs at most this before the
+    /// request is retried (on another endpoint).
+    pub(super) fn attempt_limit(&self, dl: Instant) -> Result<Duration> {
+        let rem = dl.saturating_duration_since(Instant::now());
+        if rem.is_zero() {
+            return Err(Errno::EIO);
+        }
+        Ok(rem.min((self.opts.timeout / 4).max(Duration::from_millis(500))))
+    }
+
+    pub(super) async fn pause(&self, attempt: u32) {
+        // xorshift: cheap jitter so racing clients do not retry in step.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        let cap = 1u64 << attempt.min(5);
+        tokio::time::sleep(Duration::from_micros(200 + x % (cap * 1000))).await;
+    }
+
+    /// After a transient failure: retry at once (the balancer likely
+    /// picks another member), then back off to at most 50 ms.
+    async fn transient_pause(&self, attempt: u32) {
+        self.cache
+            .stats
+            .transient_errors
+            .fetch_add(1, Ordering::Relaxed);
+        if attempt > 1 {
+            let ms = (1u64 << attempt.min(6)).min(50);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+
+    /// Run the gets in `ops` as one read-only transaction (one revision);
+    /// linearizable. Returns the revision and one response per op.
+    pub(super) async fn read(
+        &self,
+        dl: Instant,
+        ops: Vec<TxnOp>,
+    ) -> Result<(i64, Vec<GetResponse>)> {
+        let txn = Txn::new().and_then(ops);
+        let mut attempt = 0;
+        loop {
+            let lim = self.attempt_limit(dl)?;
+            let mut kv = self.client.kv_client();
+            match tokio::time::timeout(lim, kv.txn(txn.clone())).await {
+                Ok(Ok(resp)) => {
+                    let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                    self.cache.note_read(rev);
+                    let gets = resp
+                        .op_responses()
+                        .into_iter()
+                        .map(|r| match r {
+                            TxnOpResponse::Get(g) => Ok(g),
+                            _ => Err(Errno::EIO),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    return Ok((rev, gets));
+                }
+                Ok(Err(e)) => match classify(&e) {
+                    Fail::Transient => {}
+                    Fail::Fatal(x) => return Err(x),
+                },
+                Err(_) => {}
+            }
+            attempt += 1;
+            self.transient_pause(attempt).await;
+        }
+    }
+
+    /// Commit `ops` if every compare holds. A lost response is resolved
+    /// by reading this client's marker key; out of time: EIO (the outcome
+    /// is then unknown, as for a local disk that failed mid-write).
+    pub(super) async fn commit(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        mut ops: Vec<TxnOp>,
+    ) -> Result<Outcome> {
+        let seq = self.op_seq.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        let marker = self.keys.op_marker(&self.client_id);
+        ops.push(put(marker.clone(), seq.to_vec()));
+        let txn = Txn::new().when(cmps).and_then(ops);
+        let mut attempt = 0;
+        let mut uncertain = false;
+        loop {
+            let lim = self.attempt_limit(dl)?;
+            let mut kv = self.client.kv_client();
+            if uncertain {
+                match tokio::time::timeout(lim, kv.get(marker.clone(), None)).await {
+                    Ok(Ok(resp)) => {
+                        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                        self.cache.note_read(rev);
+                        return Ok(match resp.kvs().first() {
+                            Some(m) if m.value() == seq => Outcome::Committed(m.mod_revision()),
+                            // Not applied: the caller reads again and
+                            // recomputes; the lost request, should it
+                            // still apply, fails its compares then.
+                            _ => Outcome::Conflict,
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        if let Fail::Fatal(x) = classify(&e) {
+                            return Err(x);
+                        }
+                    }
+                    Err(_) => {}
+                }
+            } else {
+                match tokio::time::timeout(lim, kv.txn(txn.clone())).await {
+                    Ok(Ok(resp)) => {
+                        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                        self.cache.note_read(rev);
+                        return Ok(if resp.succeeded() {
+                            Outcome::Committed(rev)
+                        } else {
+                            Outcome::Conflict
+                        });
+                    }
+                    Ok(Err(e)) => match classify(&e) {
+                        Fail::Transient => uncertain = true,
+                        Fail::Fatal(x) => return Err(x),
+                    },
+                    Err(_) => uncertain = true,
+                }
+            }
+            attempt += 1;
+            self.transient_pause(attempt).await;
+        }
+    }
+
+    /// The record of `ino` from etcd (recorded in the mirror).
+    pub(super) async fn fetch(&self, dl: Instant, ino: Ino) -> Result<Rec> {
+        let (rev, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
+        match rec_of(&rs[0])? {
+            Some((rec, mr)) => {
+                self.cache.record(ino, Some((&rec, mr)), rev);
+                Ok(rec)
+            }
+            None => {
+                self.cache.record(ino, None, rev);
+                Err(Errno::ENOENT)
+            }
+        }
+    }
+
+    pub(super) fn committed(&self, rev: i64, recs: &BTreeMap<Ino, (Rec, i64)>, deleted: &[Ino]) {
+        for (ino, (rec, _)) in recs {
+            if deleted.contains(ino) {
+                self.cache.record(*ino, None, rev);
+            } else {
+                self.cache.record(*ino, Some((rec, rev)), rev);
+            }
+        }
+    }
+
+    pub(super) async fn alloc_ino(&self, dl: Instant) -> Result<Ino> {
+        {
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if p.0 < p.1 {
+                p.0 += 1;
+                return Ok(p.0 - 1);
+            }
+        }
+        let key = self.keys.next_ino();
+        let mut attempt = 0;
+        loop {
+            let (_, rs) = self.read(dl, vec![get(key.clone())]).await?;
+            let (cur, cmp) = match rs[0].kvs().first() {
+                Some(kv) => (
+                    decode_u64(kv.value())?,
+                    same(key.clone(), kv.mod_revision()),
+                ),
+                None => (ROOT_INO + 1, absent(key.clone())),
+            };
+            let end = cur.checked_add(INO_BATCH).ok_or(Errno::ENOSPC)?;
+            let ops = vec![put(key.clone(), end.to_le_bytes().to_vec())];
+            if let Outcome::Committed(_) = self.commit(dl, vec![cmp], ops).await? {
+                let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+                *p = (cur + 1, end);
+                return Ok(cur);
+            }
+            attempt += 1;
+            self.pause(attempt).await;
+        }
+    }
+
+    /// Create the root if this prefix is new.
+    pub(super) async fn init(&self, dl: Instant) -> Result<()> {
+        let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
+        root.nlink = 2;
+        root.size = 2 * DIRENT;
+        let k = self.keys.inode(ROOT_INO);
+        let txn_cmps = vec![absent(k.clone())];
+        let ops = vec![
+            put(k, root.encode()),
+            put(self.keys.parent(ROOT_INO), ROOT_INO.to_le_bytes().to_vec()),
+        ];
+        self.commit(dl, txn_cmps, ops).await?;
+        // Whoever created it, it must be a directory now.
+        let rec = self.fetch(dl, ROOT_INO).await?;
+        if !rec.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(())
+    }
+}

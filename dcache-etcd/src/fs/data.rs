@@ -1,0 +1,294 @@
+//! Inode attributes and contents for [`Inner`]: setattr (truncate
+//! included), file data kept in fixed-size chunk keys (write, read),
+//! directory listing, statfs, and the remote revision check used to
+//! revalidate when the watch is not current.
+
+use std::collections::BTreeMap;
+
+use dcache::fs::{StatFs, NAME_MAX};
+use dcache::permission;
+use dcache::{Attr, Errno, FileType, Ino, Result, SetAttr, SetTime, Timespec};
+use etcd_client::{DeleteOptions, GetOptions, GetResponse, TxnOp};
+
+use super::client::{dir_of, get, get_prefix, put, rec_of, same, Outcome};
+use super::{Inner, DEFAULT_QUOTA};
+use crate::codec::{decode_u64, prefix_end, Entry, CHUNK, MAX_FILE, MAX_IO};
+
+impl Inner {
+    pub(super) async fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        let dl = self.deadline();
+        if set.size.is_some_and(|s| s > MAX_FILE) {
+            return Err(Errno::EFBIG);
+        }
+        let mut attempt = 0;
+        loop {
+            let ikey = self.keys.inode(ino);
+            let mut reads = vec![get(ikey.clone())];
+            if let Some(s) = set.size {
+                reads.push(get(self.keys.chunk(ino, s / CHUNK)));
+            }
+            let (_, rs) = self.read(dl, reads).await?;
+            let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+            let now = Timespec::now();
+            let mut ops = Vec::new();
+            if let Some(size) = set.size {
+                match rec.kind {
+                    FileType::Directory => return Err(Errno::EISDIR),
+                    FileType::Regular => {}
+                    _ => return Err(Errno::EINVAL),
+                }
+                if size < rec.size {
+                    // Drop every chunk past the new end; trim the last one.
+                    let keep = size.div_ceil(CHUNK);
+                    let from = self.keys.chunk(ino, keep);
+                    let to = prefix_end(&self.keys.chunks(ino));
+                    ops.push(TxnOp::delete(
+                        from,
+                        Some(DeleteOptions::new().with_range(to)),
+                    ));
+                    if size % CHUNK != 0 {
+                        if let Some(kv) = rs[1].kvs().first() {
+                            let cut = (size % CHUNK) as usize;
+                            if kv.value().len() > cut {
+                                ops.push(put(
+                                    self.keys.chunk(ino, size / CHUNK),
+                                    kv.value()[..cut].to_vec(),
+                                ));
+                            }
+                        }
+                    }
+                }
+                if size != rec.size || set.mtime.is_none() {
+                    rec.mtime = now;
+                }
+                rec.size = size;
+            }
+            if let Some(p) = set.perm {
+                rec.perm = p & 0o7777;
+            }
+            if set.uid.is_some() || set.gid.is_some() {
+                rec.uid = set.uid.unwrap_or(rec.uid);
+                rec.gid = set.gid.unwrap_or(rec.gid);
+                if set.perm.is_none() {
+                    if let Some(m) = permission::mode_after_chown(rec.perm_of()) {
+                        rec.perm = m;
+                    }
+                }
+            }
+            let at = |t: SetTime| match t {
+                SetTime::Now => now,
+                SetTime::At(t) => t,
+            };
+            if let Some(t) = set.atime {
+                rec.atime = at(t);
+            }
+            if let Some(t) = set.mtime {
+                rec.mtime = at(t);
+            }
+            rec.ctime = now;
+            ops.push(put(ikey.clone(), rec.encode()));
+            match self.commit(dl, vec![same(ikey, mr)], ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    return Ok(rec.attr(ino));
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
+    fn chunk_range(&self, ino: Ino, first: u64, last: u64) -> TxnOp {
+        TxnOp::get(
+            self.keys.chunk(ino, first),
+            Some(GetOptions::new().with_range(self.keys.chunk(ino, last + 1))),
+        )
+    }
+
+    fn chunks_by_index(&self, r: &GetResponse) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        r.kvs()
+            .iter()
+            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+            .collect()
+    }
+
+    pub(super) async fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if off >= MAX_FILE {
+            return Err(Errno::EFBIG);
+        }
+        let len = data.len().min(MAX_IO).min((MAX_FILE - off) as usize);
+        let data = &data[..len];
+        let end = off + len as u64;
+        let first = off / CHUNK;
+        let last = (end - 1) / CHUNK;
+        let dl = self.deadline();
+        let mut attempt = 0;
+        loop {
+            let ikey = self.keys.inode(ino);
+            let (_, rs) = self
+                .read(
+                    dl,
+                    vec![get(ikey.clone()), self.chunk_range(ino, first, last)],
+                )
+                .await?;
+            let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+            match rec.kind {
+                FileType::Regular => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+            let old = self.chunks_by_index(&rs[1]);
+            let mut ops = Vec::new();
+            for idx in first..=last {
+                let key = self.keys.chunk(ino, idx);
+                let cstart = idx * CHUNK;
+                let mut buf = old.get(&key).cloned().unwrap_or_default();
+                // Bytes past the old end of file read as zeros.
+                let valid = rec.size.saturating_sub(cstart).min(CHUNK) as usize;
+                buf.truncate(valid);
+                let lo = off.max(cstart) - cstart;
+                let hi = end.min(cstart + CHUNK) - cstart;
+                if buf.len() < hi as usize {
+                    buf.resize(hi as usize, 0);
+                }
+                let src = (cstart + lo - off) as usize..(cstart + hi - off) as usize;
+                buf[lo as usize..hi as usize].copy_from_slice(&data[src]);
+                ops.push(put(key, buf));
+            }
+            let now = Timespec::now();
+            rec.size = rec.size.max(end);
+            rec.mtime = now;
+            rec.ctime = now;
+            ops.push(put(ikey.clone(), rec.encode()));
+            match self.commit(dl, vec![same(ikey, mr)], ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    return Ok(len);
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn read_data(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let want = buf.len().min(MAX_IO);
+        if want == 0 {
+            return Ok(0);
+        }
+        let dl = self.deadline();
+        let first = off / CHUNK;
+        let last = (off.saturating_add(want as u64) - 1) / CHUNK;
+        let (_, rs) = self
+            .read(
+                dl,
+                vec![
+                    get(self.keys.inode(ino)),
+                    self.chunk_range(ino, first, last),
+                ],
+            )
+            .await?;
+        let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        match rec.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        if off >= rec.size {
+            return Ok(0);
+        }
+        let n = (rec.size - off).min(want as u64) as usize;
+        let chunks = self.chunks_by_index(&rs[1]);
+        let out = &mut buf[..n];
+        out.fill(0);
+        for idx in first..=last {
+            let Some(c) = chunks.get(&self.keys.chunk(ino, idx)) else {
+                continue;
+            };
+            let cstart = idx * CHUNK;
+            for (i, b) in c.iter().enumerate() {
+                let pos = cstart + i as u64;
+                if pos >= off && pos < off + n as u64 {
+                    out[(pos - off) as usize] = *b;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    pub(super) async fn readdir(
+        &self,
+        dir: Ino,
+    ) -> Result<(Ino, Vec<(u64, Ino, FileType, Vec<u8>)>)> {
+        let dl = self.deadline();
+        let (_, rs) = self
+            .read(
+                dl,
+                vec![
+                    get(self.keys.inode(dir)),
+                    get(self.keys.parent(dir)),
+                    get_prefix(self.keys.entries(dir)),
+                ],
+            )
+            .await?;
+        dir_of(&rs[0])?;
+        let parent = match rs[1].kvs().first() {
+            Some(kv) => decode_u64(kv.value())?,
+            None => dir,
+        };
+        let plen = self.keys.entries(dir).len();
+        let mut out = Vec::with_capacity(rs[2].kvs().len());
+        for kv in rs[2].kvs() {
+            let e = Entry::decode(kv.value())?;
+            out.push((e.slot + 3, e.ino, e.kind, kv.key()[plen..].to_vec()));
+        }
+        out.sort_by_key(|e| e.0);
+        Ok((parent, out))
+    }
+
+    pub(super) async fn statfs(&self) -> Result<StatFs> {
+        let dl = self.deadline();
+        let (_, rs) = self
+            .read(
+                dl,
+                vec![TxnOp::get(
+                    self.keys.inode_prefix(),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )],
+            )
+            .await?;
+        let files = rs[0].count().max(0) as u64;
+        let mut m = self.client.maintenance_client();
+        let used = match tokio::time::timeout(self.attempt_limit(dl)?, m.status()).await {
+            Ok(Ok(s)) => s.db_size().max(0) as u64,
+            _ => 0,
+        };
+        let bsize = 4096u64;
+        let blocks = DEFAULT_QUOTA / bsize;
+        let bfree = blocks.saturating_sub(used / bsize);
+        Ok(StatFs {
+            blocks,
+            bfree,
+            bavail: bfree,
+            files,
+            ffree: u64::MAX - files,
+            bsize: bsize as u32,
+            namelen: NAME_MAX as u32,
+            frsize: bsize as u32,
+        })
+    }
+
+    /// The mod_revision of `ino`'s record (None: gone), asked of etcd.
+    pub(super) async fn remote_rev(&self, ino: Ino) -> Result<Option<i64>> {
+        let dl = self.deadline();
+        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
+        Ok(rs[0].kvs().first().map(|kv| kv.mod_revision()))
+    }
+}

@@ -1,0 +1,501 @@
+//! `EtcdFs`: the [`FileSystem`] over etcd.
+//!
+//! Every operation that changes more than one key is one etcd transaction
+//! whose compares (`mod_revision` of every record it read, `version == 0`
+//! for every key it expects absent) make it apply only to the state it was
+//! computed from; on a failed compare it reads again and recomputes, so two
+//! clients racing on one name get the outcomes one machine would give.
+//!
+//! Each transaction also writes the client's marker key `P/o/<client>` with
+//! a fresh sequence number: when a response is lost (a member died after
+//! the commit), reading the marker tells whether the transaction applied,
+//! so a retry never reports EEXIST for a create that succeeded.
+//!
+//! This file holds [`EtcdFs`] (connect, its public methods, teardown) and
+//! its [`FileSystem`] impl; the work is done by `Inner`, whose methods are
+//! split by idea: `client` (request plumbing: read, commit, retries),
+//! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
+//! file contents, readdir, statfs) and `background` (heartbeat, watch,
+//! endpoint health).
+
+mod background;
+mod client;
+mod data;
+mod namespace;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use dcache::fs::{StatFs, Validity};
+use dcache::{Attr, Ctx, DirEntry, Errno, FileSystem, FileType, Ino, RenameFlags, Result, SetAttr};
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use tokio::runtime::Runtime;
+
+use crate::cache::{Cache, CacheStats};
+use crate::codec::{Keys, ROOT_INO};
+use crate::spec::{parse_spec, Options, Spec};
+use client::{check_name, get};
+
+/// Inode numbers a client reserves at a time.
+const INO_BATCH: u64 = 64;
+/// etcd's default backend quota (`--quota-backend-bytes`), reported by
+/// statfs.
+pub const DEFAULT_QUOTA: u64 = 2 << 30;
+/// A directory's size grows by this per entry, from two (`.` and `..`) in
+/// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
+const DIRENT: u64 = 20;
+
+/// A namespace held in etcd, served to a [`dcache::Vfs`].
+pub struct EtcdFs {
+    inner: Arc<Inner>,
+    rt: Option<Runtime>,
+}
+
+struct Inner {
+    client: Client,
+    keys: Keys,
+    opts: Options,
+    client_id: String,
+    cache: Cache,
+    op_seq: AtomicU64,
+    pool: Mutex<(u64, u64)>,
+    rng: AtomicU64,
+    /// Set once a Vfs attaches: where the watch sends the changes other
+    /// clients made, for the thread that reports them to the Vfs.
+    inval: OnceLock<std::sync::mpsc::Sender<Change>>,
+    /// The invalidator of the Vfs attached last, which that thread uses.
+    attached: Arc<Mutex<Option<dcache::Invalidator>>>,
+}
+
+/// A change another client made, as the watch saw it.
+enum Change {
+    Entry(Ino, Vec<u8>),
+    Inode(Ino),
+}
+
+impl EtcdFs {
+    /// Connect with default [`Options`] to the spec
+    /// `[etcd:]http://host:port[,http://host:port...][/prefix]`, creating
+    /// the namespace's root if the prefix is empty.
+    pub fn connect(spec: &str) -> Result<EtcdFs> {
+        EtcdFs::connect_with(spec, Options::default())
+    }
+
+    pub fn connect_with(spec: &str, opts: Options) -> Result<EtcdFs> {
+        EtcdFs::connect_spec(parse_spec(spec)?, opts)
+    }
+
+    pub fn connect_spec(spec: Spec, opts: Options) -> Result<EtcdFs> {
+        if opts.timeout.is_zero() || opts.staleness.is_zero() {
+            return Err(Errno::EINVAL);
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dcache-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| Errno::from_io(&e))?;
+        let copts = ConnectOptions::new()
+            .with_connect_timeout(opts.timeout.min(Duration::from_secs(2)))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        let endpoints = spec.endpoints.clone();
+        let client = run_on(
+            &rt,
+            async move { Client::connect(endpoints, Some(copts)).await },
+        )
+        .map_err(|_| Errno::EIO)?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let client_id = format!("{:016x}-{}", nanos, std::process::id());
+        let inner = Arc::new(Inner {
+            client,
+            keys: Keys::new(&spec.prefix),
+            cache: Cache::new(opts.staleness),
+            opts,
+            client_id,
+            op_seq: AtomicU64::new(1),
+            pool: Mutex::new((0, 0)),
+            rng: AtomicU64::new(nanos | 1),
+            inval: OnceLock::new(),
+            attached: Arc::default(),
+        });
+        let i = inner.clone();
+        run_on(&rt, async move { i.init(i.deadline()).await })?;
+        // The watch starts where the root was read: the mirror is empty,
+        // so nothing older is needed.
+        let start = inner.cache.cookie() as i64;
+        inner.cache.watched.store(start, Ordering::Release);
+        rt.spawn(inner.clone().watch_loop());
+        rt.spawn(inner.clone().heartbeat_loop());
+        rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
+        let fs = EtcdFs {
+            inner,
+            rt: Some(rt),
+        };
+        // Give the watch a moment to become current (not required: until
+        // it is, everything is revalidated against etcd).
+        let until = Instant::now() + fs.inner.opts.timeout.min(Duration::from_secs(2));
+        while !fs.inner.cache.fresh() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(fs)
+    }
+
+    fn block<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        match &self.rt {
+            Some(rt) => run_on(rt, f),
+            None => unreachable!("the runtime lives until drop"),
+        }
+    }
+
+    /// This client's id (its heartbeat and marker keys are named by it).
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Cache counters.
+    pub fn stats(&self) -> &CacheStats {
+        &self.inner.cache.stats
+    }
+
+    /// Whether cached answers are being served without asking etcd (the
+    /// watch is within the staleness bound).
+    pub fn is_current(&self) -> bool {
+        self.inner.cache.fresh()
+    }
+
+    /// How long ago the watch was last known to be current.
+    pub fn watch_lag(&self) -> Option<Duration> {
+        self.inner.cache.lag()
+    }
+
+    /// Time one plain serializable get (answered by the member the client
+    /// reaches, no quorum): the round trip a cached stat saves.
+    pub fn serializable_round_trip(&self) -> Result<Duration> {
+        let key = self.inner.keys.inode(ROOT_INO);
+        let lim = self.inner.opts.timeout;
+        let mut kv = self.inner.client.kv_client();
+        self.block(async move {
+            let t = Instant::now();
+            match tokio::time::timeout(
+                lim,
+                kv.get(key, Some(GetOptions::new().with_serializable())),
+            )
+            .await
+            {
+                Ok(Ok(_)) => Ok(t.elapsed()),
+                _ => Err(Errno::EIO),
+            }
+        })
+    }
+
+    /// Time one linearizable get (what a revalidation costs when the
+    /// watch is not current).
+    pub fn linearizable_round_trip(&self) -> Result<Duration> {
+        let i = self.inner.clone();
+        self.block(async move {
+            let t = Instant::now();
+            i.read(i.deadline(), vec![get(i.keys.inode(ROOT_INO))])
+                .await?;
+            Ok(t.elapsed())
+        })
+    }
+}
+
+/// Run `f` to completion on `rt` from a synchronous caller. A caller that
+/// is itself inside a tokio runtime cannot block on another one in place,
+/// so it waits from a helper thread.
+fn run_on<F>(rt: &Runtime, f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(|| rt.block_on(f))
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    } else {
+        rt.block_on(f)
+    }
+}
+
+impl Drop for EtcdFs {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            // Best effort: remove this client's heartbeat and marker keys.
+            let i = self.inner.clone();
+            run_on(&rt, async move {
+                let mut kv = i.client.kv_client();
+                let lim = Duration::from_millis(300);
+                let _ = tokio::time::timeout(lim, kv.delete(i.keys.heartbeat(&i.client_id), None))
+                    .await;
+                let _ = tokio::time::timeout(lim, kv.delete(i.keys.op_marker(&i.client_id), None))
+                    .await;
+            });
+            rt.shutdown_timeout(Duration::from_millis(200));
+        }
+    }
+}
+
+impl FileSystem for EtcdFs {
+    fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>> {
+        check_name(name)?;
+        let i = &self.inner;
+        self.block(i.lookup(dir, name))
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        let i = &self.inner;
+        if let Some(a) = i.cache.attr(ino) {
+            return Ok(a);
+        }
+        i.cache.stats.attr_misses.fetch_add(1, Ordering::Relaxed);
+        match self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.attr(ino)) }) {
+            // Removed since the caller's dentry was validated: its last
+            // attributes with nlink 0, as a stat racing an unlink gets on
+            // Linux, rather than ENOENT for a name that was there.
+            Err(Errno::ENOENT) => i.cache.last_known(ino).ok_or(Errno::ENOENT),
+            r => r,
+        }
+    }
+
+    fn setattr(&self, ino: Ino, set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
+        self.block(self.inner.setattr(ino, set))
+    }
+
+    fn readdir(&self, dir: Ino, offset: u64, emit: &mut dyn FnMut(DirEntry) -> bool) -> Result<()> {
+        let (parent, entries) = self.block(self.inner.readdir(dir))?;
+        let dots = [(1u64, dir, b".".to_vec()), (2, parent, b"..".to_vec())];
+        for (off, ino, name) in dots {
+            if off > offset
+                && !emit(DirEntry {
+                    ino,
+                    offset: off,
+                    kind: FileType::Directory,
+                    name,
+                })
+            {
+                return Ok(());
+            }
+        }
+        for (off, ino, kind, name) in entries {
+            if off > offset
+                && !emit(DirEntry {
+                    ino,
+                    offset: off,
+                    kind,
+                    name,
+                })
+            {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn create(&self, dir: Ino, name: &[u8], perm: u16, ctx: Ctx) -> Result<Attr> {
+        self.block(
+            self.inner
+                .make(dir, name, FileType::Regular, perm, 0, b"", ctx),
+        )
+    }
+
+    fn mknod(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+        ctx: Ctx,
+    ) -> Result<Attr> {
+        match kind {
+            FileType::Directory | FileType::Symlink => Err(Errno::EINVAL),
+            _ => self.block(self.inner.make(dir, name, kind, perm, rdev, b"", ctx)),
+        }
+    }
+
+    fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, ctx: Ctx) -> Result<Attr> {
+        self.block(
+            self.inner
+                .make(dir, name, FileType::Directory, perm, 0, b"", ctx),
+        )
+    }
+
+    fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
+        self.block(self.inner.remove(dir, name, false))
+    }
+
+    fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
+        self.block(self.inner.remove(dir, name, true))
+    }
+
+    fn rename(
+        &self,
+        olddir: Ino,
+        oldname: &[u8],
+        newdir: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.block(self.inner.rename(olddir, oldname, newdir, newname, flags))
+    }
+
+    fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() >= dcache::fs::PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.block(
+            self.inner
+                .make(dir, name, FileType::Symlink, 0o777, 0, target, ctx),
+        )
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        let i = &self.inner;
+        let rec = match i.cache.rec(ino) {
+            Some(r) => r,
+            None => self.block(async { i.fetch(i.deadline(), ino).await })?,
+        };
+        if rec.kind != FileType::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        Ok(rec.target)
+    }
+
+    fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
+        self.block(self.inner.link(ino, newdir, newname))
+    }
+
+    fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
+        self.getattr(ino)?;
+        Ok(0)
+    }
+
+    fn read(&self, ino: Ino, _fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.block(self.inner.read_data(ino, offset, buf))
+    }
+
+    fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        self.block(self.inner.write(ino, offset, data))
+    }
+
+    fn flush_on_close(&self) -> bool {
+        // Every write is committed before it returns: nothing to flush.
+        false
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        self.block(self.inner.statfs())
+    }
+
+    fn forget(&self, ino: Ino, _nlookup: u64) {
+        if ino != ROOT_INO {
+            self.inner.cache.forget(ino);
+        }
+    }
+
+    fn needs_revalidate(&self) -> bool {
+        true
+    }
+
+    /// Keep the Vfs's invalidator: the watch's changes by other clients go
+    /// to a thread of our own that reports them (a report may wait for
+    /// lookups in progress, which wait on this client's runtime).
+    fn attach(&self, inval: dcache::Invalidator) {
+        // A Vfs built later over the same client replaces an earlier one.
+        *self
+            .inner
+            .attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(inval);
+        let (tx, rx) = std::sync::mpsc::channel::<Change>();
+        if self.inner.inval.set(tx).is_err() {
+            return; // the thread runs already
+        }
+        let attached = self.inner.attached.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dcache-etcd-inval".into())
+            .spawn(move || {
+                // Ends when the watch's sender goes with the client.
+                for c in rx {
+                    let Some(inval) = attached.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                    else {
+                        continue;
+                    };
+                    match c {
+                        Change::Entry(dir, name) => inval.entry(dir, &name),
+                        Change::Inode(ino) => inval.inode(ino, None),
+                    }
+                }
+            });
+        // Without the thread the watch's sends fail and nothing is told:
+        // a mount's kernel then sees other clients' changes only after its
+        // timeouts; the Vfs itself still revalidates every use.
+        drop(spawned);
+    }
+
+    fn dir_cookie(&self, _dir: Ino) -> u64 {
+        self.inner.cache.cookie()
+    }
+
+    fn revalidate(
+        &self,
+        dir: Ino,
+        _name: &[u8],
+        _ino: Option<Ino>,
+        cookie: u64,
+        rcu: bool,
+    ) -> Validity {
+        // The rcu case reads two atomics, the clock and a lock-free map
+        // (papaya; its guard registers a thread with the collector once,
+        // on the thread's first use), and never blocks.
+        let c = &self.inner.cache;
+        let cookie = cookie.min(i64::MAX as u64) as i64;
+        if cookie < c.floor.load(Ordering::Acquire) {
+            return if rcu {
+                Validity::NeedBlocking
+            } else {
+                Validity::Invalid
+            };
+        }
+        if c.fresh() {
+            return if c.ino_rev(dir) <= cookie {
+                Validity::Valid
+            } else {
+                Validity::Invalid
+            };
+        }
+        if rcu {
+            return Validity::NeedBlocking;
+        }
+        c.stats.remote_revalidations.fetch_add(1, Ordering::Relaxed);
+        match self.block(self.inner.remote_rev(dir)) {
+            Ok(Some(rev)) if rev <= cookie => Validity::Valid,
+            _ => Validity::Invalid,
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! Namespace transactions of [`Inner`]: lookup, create (every kind),
+//! unlink/rmdir, link and rename, each one etcd transaction guarded by
+//! compares on the records it read, recomputed on conflict.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use dcache::permission;
+use dcache::{Attr, Ctx, Errno, FileType, Ino, RenameFlags, Result, Timespec};
+use etcd_client::{Compare, GetOptions, TxnOp};
+
+use super::client::{
+    absent, check_name, delete, delete_prefix, dir_of, entry_of, get, put, rec_of, same, Outcome,
+};
+use super::{Inner, DIRENT};
+use crate::codec::{decode_u64, Entry, Rec, LINK_MAX, ROOT_INO};
+
+impl Inner {
+    pub(super) async fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>> {
+        let dl = self.deadline();
+        loop {
+            let (rev, rs) = self
+                .read(
+                    dl,
+                    vec![get(self.keys.inode(dir)), get(self.keys.entry(dir, name))],
+                )
+                .await?;
+            let (drec, dmr) = dir_of(&rs[0])?;
+            self.cache.record(dir, Some((&drec, dmr)), rev);
+            let Some((e, _)) = entry_of(&rs[1])? else {
+                return Ok(None);
+            };
+            if let Some(a) = self.cache.attr(e.ino) {
+                return Ok(Some(a));
+            }
+            match self.fetch(dl, e.ino).await {
+                Ok(rec) => return Ok(Some(rec.attr(e.ino))),
+                // Unlinked between the two reads: look again.
+                Err(Errno::ENOENT) => continue,
+                Err(x) => return Err(x),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn make(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+        target: &[u8],
+        ctx: Ctx,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        let dl = self.deadline();
+        let ino = self.alloc_ino(dl).await?;
+        let mut attempt = 0;
+        loop {
+            let dkey = self.keys.inode(dir);
+            let ekey = self.keys.entry(dir, name);
+            let (_, rs) = self
+                .read(dl, vec![get(dkey.clone()), get(ekey.clone())])
+                .await?;
+            let (mut drec, dmr) = dir_of(&rs[0])?;
+            if drec.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+            if !rs[1].kvs().is_empty() {
+                return Err(Errno::EEXIST);
+            }
+            let is_dir = kind == FileType::Directory;
+            if is_dir && drec.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK);
+            }
+            let (perm, gid) = permission::inode_init_owner(drec.perm_of(), ctx.gid, perm, is_dir);
+            let mut rec = Rec::new(kind, perm, ctx.uid, gid);
+            rec.rdev = rdev;
+            rec.target = target.to_vec();
+            rec.size = if is_dir {
+                2 * DIRENT
+            } else {
+                target.len() as u64
+            };
+            let now = rec.ctime;
+            let slot = drec.next_slot;
+            drec.next_slot += 1;
+            drec.size += DIRENT;
+            if is_dir {
+                drec.nlink += 1;
+            }
+            touch_dir(&mut drec, now);
+            let ikey = self.keys.inode(ino);
+            let entry = Entry { ino, kind, slot };
+            let cmps = vec![
+                same(dkey.clone(), dmr),
+                absent(ekey.clone()),
+                absent(ikey.clone()),
+            ];
+            let mut ops = vec![
+                put(dkey, drec.encode()),
+                put(ekey, entry.encode()),
+                put(ikey, rec.encode()),
+            ];
+            if is_dir {
+                ops.push(put(self.keys.parent(ino), dir.to_le_bytes().to_vec()));
+            }
+            match self.commit(dl, cmps, ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(dir, Some((&drec, rev)), rev);
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    return Ok(rec.attr(ino));
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
+    /// unlink (`dir_op` false) or rmdir (true).
+    pub(super) async fn remove(&self, dir: Ino, name: &[u8], dir_op: bool) -> Result<()> {
+        check_name(name)?;
+        let dl = self.deadline();
+        let mut attempt = 0;
+        loop {
+            let dkey = self.keys.inode(dir);
+            let ekey = self.keys.entry(dir, name);
+            let (_, rs) = self
+                .read(dl, vec![get(dkey.clone()), get(ekey.clone())])
+                .await?;
+            let (drec, dmr) = dir_of(&rs[0])?;
+            let (e, emr) = entry_of(&rs[1])?.ok_or(Errno::ENOENT)?;
+            let ckey = self.keys.inode(e.ino);
+            let mut reads = vec![get(ckey.clone())];
+            if dir_op {
+                reads.push(TxnOp::get(
+                    self.keys.entries(e.ino),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_keys_only()
+                            .with_limit(1),
+                    ),
+                ));
+            }
+            let (_, rs2) = self.read(dl, reads).await?;
+            let Some((mut crec, cmr)) = rec_of(&rs2[0])? else {
+                // The entry changed under us: read again.
+                attempt += 1;
+                self.pause(attempt).await;
+                continue;
+            };
+            if dir_op && !crec.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            if !dir_op && crec.is_dir() {
+                return Err(Errno::EISDIR);
+            }
+            if dir_op && !rs2[1].kvs().is_empty() {
+                return Err(Errno::ENOTEMPTY);
+            }
+            let now = Timespec::now();
+            let mut recs = BTreeMap::new();
+            let mut drec2 = drec.clone();
+            touch_dir(&mut drec2, now);
+            drec2.size = drec2.size.saturating_sub(DIRENT);
+            if dir_op {
+                drec2.nlink = drec2.nlink.saturating_sub(1);
+            }
+            let cmps = vec![
+                same(dkey.clone(), dmr),
+                same(ekey.clone(), emr),
+                same(ckey.clone(), cmr),
+            ];
+            let mut ops = vec![delete(ekey), put(dkey, drec2.encode())];
+            let mut deleted = Vec::new();
+            if dir_op || crec.nlink <= 1 {
+                ops.push(delete(ckey));
+                if dir_op {
+                    ops.push(delete(self.keys.parent(e.ino)));
+                } else {
+                    ops.push(delete_prefix(self.keys.chunks(e.ino)));
+                }
+                deleted.push(e.ino);
+            } else {
+                crec.nlink -= 1;
+                crec.ctime = now;
+                ops.push(put(ckey, crec.encode()));
+            }
+            recs.insert(dir, (drec2, dmr));
+            recs.insert(e.ino, (crec, cmr));
+            match self.commit(dl, cmps, ops).await? {
+                Outcome::Committed(rev) => {
+                    self.committed(rev, &recs, &deleted);
+                    return Ok(());
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
+        check_name(newname)?;
+        let dl = self.deadline();
+        let mut attempt = 0;
+        loop {
+            let ikey = self.keys.inode(ino);
+            let dkey = self.keys.inode(newdir);
+            let ekey = self.keys.entry(newdir, newname);
+            let (_, rs) = self
+                .read(
+                    dl,
+                    vec![get(ikey.clone()), get(dkey.clone()), get(ekey.clone())],
+                )
+                .await?;
+            let (mut rec, imr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+            let (mut drec, dmr) = dir_of(&rs[1])?;
+            if rec.is_dir() {
+                return Err(Errno::EPERM);
+            }
+            if rec.nlink == 0 || drec.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+            if !rs[2].kvs().is_empty() {
+                return Err(Errno::EEXIST);
+            }
+            if rec.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK);
+            }
+            let now = Timespec::now();
+            rec.nlink += 1;
+            rec.ctime = now;
+            let slot = drec.next_slot;
+            drec.next_slot += 1;
+            drec.size += DIRENT;
+            touch_dir(&mut drec, now);
+            let entry = Entry {
+                ino,
+                kind: rec.kind,
+                slot,
+            };
+            let cmps = vec![
+                same(ikey.clone(), imr),
+                same(dkey.clone(), dmr),
+                absent(ekey.clone()),
+            ];
+            let ops = vec![
+                put(ikey, rec.encode()),
+                put(dkey, drec.encode()),
+                put(ekey, entry.encode()),
+            ];
+            match self.commit(dl, cmps, ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    self.cache.record(newdir, Some((&drec, rev)), rev);
+                    return Ok(rec.attr(ino));
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
+    /// EINVAL if directory `d` is `start` or one of its ancestors; the
+    /// parent pointers walked are added to `cmps` so the answer holds at
+    /// commit.
+    async fn check_not_ancestor(
+        &self,
+        dl: Instant,
+        d: Ino,
+        start: Ino,
+        cmps: &mut Vec<Compare>,
+    ) -> Result<()> {
+        let mut cur = start;
+        for _ in 0..4096 {
+            if cur == d {
+                return Err(Errno::EINVAL);
+            }
+            if cur == ROOT_INO {
+                return Ok(());
+            }
+            let pkey = self.keys.parent(cur);
+            let (_, rs) = self.read(dl, vec![get(pkey.clone())]).await?;
+            let kv = rs[0].kvs().first().ok_or(Errno::ENOENT)?;
+            cmps.push(same(pkey, kv.mod_revision()));
+            cur = decode_u64(kv.value())?;
+        }
+        Err(Errno::ELOOP)
+    }
+
+    pub(super) async fn rename(
+        &self,
+        od: Ino,
+        on: &[u8],
+        nd: Ino,
+        nn: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        check_name(on)?;
+        check_name(nn)?;
+        if flags.noreplace && flags.exchange {
+            return Err(Errno::EINVAL);
+        }
+        let dl = self.deadline();
+        let mut attempt = 0;
+        'retry: loop {
+            if attempt > 0 {
+                self.pause(attempt).await;
+            }
+            attempt += 1;
+            let k = &self.keys;
+            let (_, rs) = self
+                .read(
+                    dl,
+                    vec![
+                        get(k.inode(od)),
+                        get(k.inode(nd)),
+                        get(k.entry(od, on)),
+                        get(k.entry(nd, nn)),
+                    ],
+                )
+                .await?;
+            let (odrec, odmr) = dir_of(&rs[0])?;
+            let (ndrec, ndmr) = dir_of(&rs[1])?;
+            if odrec.nlink == 0 || ndrec.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+            let (se, semr) = entry_of(&rs[2])?.ok_or(Errno::ENOENT)?;
+            let te = entry_of(&rs[3])?;
+            if flags.exchange && te.is_none() {
+                return Err(Errno::ENOENT);
+            }
+            if let Some((t, _)) = te {
+                if t.ino == se.ino {
+                    // Two names of one inode: rename does nothing.
+                    return Ok(());
+                }
+                if flags.noreplace {
+                    return Err(Errno::EEXIST);
+                }
+            }
+            let mut reads = vec![get(k.inode(se.ino))];
+            if let Some((t, _)) = te {
+                reads.push(get(k.inode(t.ino)));
+                reads.push(TxnOp::get(
+                    k.entries(t.ino),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_keys_only()
+                            .with_limit(1),
+                    ),
+                ));
+            }
+            let (_, rs2) = self.read(dl, reads).await?;
+            let Some((srec, smr)) = rec_of(&rs2[0])? else {
+                continue 'retry;
+            };
+            let tgt = match te {
+                Some((t, tmr)) => {
+                    let Some((trec, trmr)) = rec_of(&rs2[1])? else {
+                        continue 'retry;
+                    };
+                    Some((t, tmr, trec, trmr, !rs2[2].kvs().is_empty()))
+                }
+                None => None,
+            };
+            if !flags.exchange {
+                if let Some((_, _, trec, _, nonempty)) = &tgt {
+                    if srec.is_dir() && !trec.is_dir() {
+                        return Err(Errno::ENOTDIR);
+                    }
+                    if !srec.is_dir() && trec.is_dir() {
+                        return Err(Errno::EISDIR);
+                    }
+                    if trec.is_dir() && *nonempty {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                }
+            }
+            let mut cmps = Vec::new();
+            if od != nd || (se.kind == FileType::Directory && tgt.is_some()) {
+                if srec.is_dir() {
+                    self.check_not_ancestor(dl, se.ino, nd, &mut cmps).await?;
+                }
+                if let Some((t, _, trec, _, _)) = &tgt {
+                    if flags.exchange && trec.is_dir() {
+                        self.check_not_ancestor(dl, t.ino, od, &mut cmps).await?;
+                    }
+                }
+            }
+            // The new state, by inode (a directory may play two roles).
+            let now = Timespec::now();
+            let mut recs: BTreeMap<Ino, (Rec, i64)> = BTreeMap::new();
+            recs.insert(od, (odrec, odmr));
+            recs.entry(nd).or_insert((ndrec, ndmr));
+            recs.entry(se.ino).or_insert((srec.clone(), smr));
+            if let Some((t, _, trec, trmr, _)) = &tgt {
+                recs.entry(t.ino).or_insert((trec.clone(), *trmr));
+            }
+            let mut deleted: Vec<Ino> = Vec::new();
+            let mut ops = Vec::new();
+            cmps.push(same(k.entry(od, on), semr));
+            match &tgt {
+                Some((_, tmr, _, _, _)) => cmps.push(same(k.entry(nd, nn), *tmr)),
+                None => cmps.push(absent(k.entry(nd, nn))),
+            }
+            let src_dir = srec.is_dir();
+            macro_rules! rec {
+                ($ino:expr) => {
+                    &mut recs.get_mut(&$ino).ok_or(Errno::EIO)?.0
+                };
+            }
+            if flags.exchange {
+                let Some((t, tmr_, trec, _, _)) = &tgt else {
+                    return Err(Errno::ENOENT);
+                };
+                let _ = tmr_;
+                ops.push(put(
+                    k.entry(od, on),
+                    Entry {
+                        ino: t.ino,
+                        kind: t.kind,
+                        slot: se.slot,
+                    }
+                    .encode(),
+                ));
+                ops.push(put(
+                    k.entry(nd, nn),
+                    Entry {
+                        ino: se.ino,
+                        kind: se.kind,
+                        slot: t.slot,
+                    }
+                    .encode(),
+                ));
+                if od != nd {
+                    if src_dir {
+                        rec!(od).nlink -= 1;
+                        rec!(nd).nlink += 1;
+                        ops.push(put(k.parent(se.ino), nd.to_le_bytes().to_vec()));
+                    }
+                    if trec.is_dir() {
+                        rec!(nd).nlink -= 1;
+                        rec!(od).nlink += 1;
+                        ops.push(put(k.parent(t.ino), od.to_le_bytes().to_vec()));
+                    }
+                }
+                rec!(t.ino).ctime = now;
+            } else {
+                ops.push(delete(k.entry(od, on)));
+                let slot = rec!(nd).next_slot;
+                rec!(nd).next_slot += 1;
+                // od loses a name; nd gains one unless it replaces one.
+                let odr = rec!(od);
+                odr.size = odr.size.saturating_sub(DIRENT);
+                if tgt.is_none() {
+                    rec!(nd).size += DIRENT;
+                }
+                ops.push(put(
+                    k.entry(nd, nn),
+                    Entry {
+                        ino: se.ino,
+                        kind: se.kind,
+                        slot,
+                    }
+                    .encode(),
+                ));
+                if src_dir && od != nd {
+                    rec!(od).nlink -= 1;
+                    rec!(nd).nlink += 1;
+                    ops.push(put(k.parent(se.ino), nd.to_le_bytes().to_vec()));
+                }
+                if let Some((t, _, trec, _, _)) = &tgt {
+                    if trec.is_dir() {
+                        // The replaced directory's ".." no longer links nd.
+                        rec!(nd).nlink -= 1;
+                        deleted.push(t.ino);
+                        ops.push(delete(k.parent(t.ino)));
+                    } else {
+                        let r = rec!(t.ino);
+                        r.nlink = r.nlink.saturating_sub(1);
+                        r.ctime = now;
+                        if r.nlink == 0 {
+                            deleted.push(t.ino);
+                            ops.push(delete_prefix(k.chunks(t.ino)));
+                        }
+                    }
+                }
+            }
+            rec!(se.ino).ctime = now;
+            touch_dir(rec!(od), now);
+            touch_dir(rec!(nd), now);
+            for (ino, (rec, mr)) in &recs {
+                cmps.push(same(k.inode(*ino), *mr));
+                if deleted.contains(ino) {
+                    ops.push(delete(k.inode(*ino)));
+                } else {
+                    ops.push(put(k.inode(*ino), rec.encode()));
+                }
+            }
+            match self.commit(dl, cmps, ops).await? {
+                Outcome::Committed(rev) => {
+                    self.committed(rev, &recs, &deleted);
+                    return Ok(());
+                }
+                Outcome::Conflict => continue 'retry,
+            }
+        }
+    }
+}
+
+fn touch_dir(rec: &mut Rec, now: Timespec) {
+    rec.mtime = now;
+    rec.ctime = now;
+}
