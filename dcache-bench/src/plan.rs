@@ -75,7 +75,8 @@ pub struct Request {
     pub workload: Option<String>,
     pub threads: Option<String>,
     pub seconds: Option<u64>,
-    pub warmup: Option<u64>,
+    /// Warm-up seconds; fractions allowed (`0.5`).
+    pub warmup: Option<f64>,
     pub variants: Option<String>,
     pub targets: Option<String>,
     pub json: Option<PathBuf>,
@@ -154,7 +155,12 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
     if req.seconds == Some(0) {
         return Err("--seconds must be at least 1".into());
     }
-    if req.seconds.unwrap_or(0) > MAX_SECONDS || req.warmup.unwrap_or(0) > MAX_SECONDS {
+    if let Some(w) = req.warmup {
+        if w.is_nan() || w < 0.0 {
+            return Err("--warmup must be a number of seconds, 0 or more".into());
+        }
+    }
+    if req.seconds.unwrap_or(0) > MAX_SECONDS || req.warmup.unwrap_or(0.0) > MAX_SECONDS as f64 {
         return Err(format!(
             "--seconds and --warmup are limited to {MAX_SECONDS}"
         ));
@@ -216,7 +222,9 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
                 variants,
                 threads: threads.clone().unwrap_or_else(|| (1..=cpus).collect()),
                 timing: Timing {
-                    warmup: Duration::from_secs(req.warmup.unwrap_or(DEFAULT_WARMUP)),
+                    warmup: req
+                        .warmup
+                        .map_or(Duration::from_secs(DEFAULT_WARMUP), Duration::from_secs_f64),
                     seconds: req.seconds.unwrap_or(DEFAULT_SECONDS),
                 },
             });
@@ -259,7 +267,7 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
                     threads: threads.clone().unwrap_or_else(|| tour_threads(cpus)),
                     timing: Timing {
                         warmup: match req.warmup {
-                            Some(s) => Duration::from_secs(s),
+                            Some(s) => Duration::from_secs_f64(s),
                             None => Duration::from_millis(t.warmup_ms),
                         },
                         seconds: req.seconds.unwrap_or(t.seconds),
@@ -494,6 +502,11 @@ mod tests {
         let mut r = req(Some("lockref"));
         r.seconds = Some(0);
         assert!(e(r).contains("--seconds"));
+        for bad in [-1.0, f64::NAN, 1e12] {
+            let mut r = req(Some("lockref"));
+            r.warmup = Some(bad);
+            assert!(e(r).contains("--warmup"), "{bad}");
+        }
         let mut r = req(Some("lockref"));
         r.json = Some("/nonexistent-dir/x.json".into());
         assert!(e(r).contains("cannot write --json"));
@@ -520,6 +533,13 @@ mod tests {
             .steps
             .iter()
             .all(|s| s.variants == ["linux"] && s.timing.seconds == 1));
+        // The tour's own warm-up is half a second; so may the user's be.
+        r.warmup = Some(0.25);
+        let p = plan(&r, 2).unwrap();
+        assert!(p
+            .steps
+            .iter()
+            .all(|s| s.timing.warmup == Duration::from_millis(250)));
     }
 
     #[test]

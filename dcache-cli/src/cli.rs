@@ -53,7 +53,7 @@ struct BenchArgs {
     seconds: Option<u64>,
     /// Uncounted warm-up seconds per case [default: 2; tour: 0.5].
     #[arg(long, allow_negative_numbers = true, value_name = "S")]
-    warmup: Option<u64>,
+    warmup: Option<f64>,
     /// Variants to compare, the first is the base [default: all].
     #[arg(long, value_name = "A,B")]
     variant: Option<String>,
