@@ -1,8 +1,12 @@
 //! Two clients racing on one namespace: every answer is one a single,
-//! linearizable namespace could give.
+//! linearizable namespace could give (within the staleness bound, for
+//! what another client changed).
 
 mod common;
+#[path = "../../dcache/tests/oracle/mod.rs"]
+mod oracle;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::{client, etcd_available, Cluster};
 use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
+use oracle::Oracle;
 
 fn excl(v: &dcache::Vfs, path: &str) -> Result<(), Errno> {
     v.open(
@@ -223,5 +228,232 @@ fn directory_renames_cannot_make_a_loop() {
             let _ = c.rmdir(At::Root, p);
         }
         assert_eq!(c.stat(At::Root, "/").unwrap().nlink, 2, "round {i}");
+    }
+}
+
+/// The stress test's oracle over two clients: on each client two threads
+/// create, unlink and rename names they own  while a
+/// third thread stats every name of both clients (four directories). Every answer is checked
+/// against the history the changing threads recorded: an answer about the
+/// reader's own client's names must be the name's state at some instant
+/// of the call (read-your-writes, linearizable within a client); about the
+/// other client's names, the state at some instant at most the staleness
+/// bound before the call (the consistency model: a cache may serve what
+/// its watch has not yet been told, never past the bound). Prints how far
+/// behind the cross-client answers were.
+#[test]
+fn two_clients_answer_as_one_namespace_within_the_bound() {
+    const T: &str = "two_clients_answer_as_one_namespace_within_the_bound";
+    if !etcd_available(T) {
+        return;
+    }
+    const PER_CLIENT: usize = 2;
+    const MUTATORS: usize = 2 * PER_CLIENT;
+    const DIRS: usize = 4;
+    const NAMES: usize = 3;
+    let secs: u64 = std::env::var("DCACHE_ETCD_ORACLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let staleness = Duration::from_millis(500);
+    let bound_ns = staleness.as_nanos() as u64;
+    let etcd = Cluster::start(1);
+    let spec = etcd.spec("/oracle");
+    let opts = Options {
+        staleness,
+        ..Options::default()
+    };
+    let (_fa, a) = client(&spec, opts.clone());
+    let (_fb, b) = client(&spec, opts);
+    for d in 0..DIRS {
+        a.mkdir(At::Root, format!("/d{d}"), 0o755, Ctx::ROOT)
+            .unwrap();
+    }
+    let clients = [&a, &b];
+    let owner = |t: usize| t / PER_CLIENT;
+    // Name k belongs to mutator k / (DIRS * NAMES).
+    let names: Vec<String> = (0..MUTATORS)
+        .flat_map(|t| {
+            (0..DIRS).flat_map(move |d| (0..NAMES).map(move |i| format!("/d{d}/t{t}_{i}")))
+        })
+        .collect();
+    let per_thread = DIRS * NAMES;
+
+    struct Answer {
+        name: usize,
+        client: usize,
+        t0: u64,
+        t1: u64,
+        ino: Option<u64>,
+    }
+    let oracle = Oracle::new(MUTATORS);
+    let stop = AtomicBool::new(false);
+    let changes = AtomicUsize::new(0);
+    let answers: Vec<Vec<Answer>> = std::thread::scope(|s| {
+        for t in 0..MUTATORS {
+            let (v, oracle, stop, changes, names) =
+                (clients[owner(t)], &oracle, &stop, &changes, &names);
+            s.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9 + t as u64 * 7919);
+                let own = &names[t * per_thread..(t + 1) * per_thread];
+                let mut mine: HashMap<&str, u64> = HashMap::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let name = own[rng.below(per_thread)].as_str();
+                    oracle.enter(t);
+                    let t0 = oracle.tick();
+                    match rng.below(10) {
+                        0..=3 => match v.create(At::Root, name, 0o644, Ctx::ROOT) {
+                            Ok(d) => {
+                                let ino = d.ino().unwrap();
+                                oracle.begin_hold(name, ino, t0, oracle.tick());
+                                mine.insert(name, ino);
+                            }
+                            Err(Errno::EEXIST) => assert!(mine.contains_key(name)),
+                            Err(e) => panic!("create {name}: {e}"),
+                        },
+                        4..=5 => match v.unlink(At::Root, name) {
+                            Ok(()) => {
+                                oracle.end_hold(name, t0, oracle.tick());
+                                mine.remove(name);
+                            }
+                            Err(Errno::ENOENT) => assert!(!mine.contains_key(name)),
+                            Err(e) => panic!("unlink {name}: {e}"),
+                        },
+                        _ => {
+                            let to = own[rng.below(per_thread)].as_str();
+                            let r = v.rename(At::Root, name, At::Root, to, RenameFlags::NONE);
+                            let t1 = oracle.tick();
+                            match r {
+                                Ok(()) if name == to => {}
+                                Ok(()) => {
+                                    let ino = mine.remove(name).expect("renamed a name it holds");
+                                    oracle.end_hold(name, t0, t1);
+                                    if mine.contains_key(to) {
+                                        oracle.end_hold(to, t0, t1);
+                                    }
+                                    oracle.begin_hold(to, ino, t0, t1);
+                                    mine.insert(to, ino);
+                                }
+                                Err(Errno::ENOENT) => assert!(!mine.contains_key(name)),
+                                Err(e) => panic!("rename {name} -> {to}: {e}"),
+                            }
+                        }
+                    }
+                    oracle.leave(t);
+                    changes.fetch_add(1, Ordering::Relaxed);
+                    // A pause now and then lets the readers' caches fill
+                    // between changes, so answers come from the cache too,
+                    // not only from the lookup that follows each change
+                    // (any change in a directory makes the next use of
+                    // its cached entries ask etcd).
+                    std::thread::sleep(Duration::from_millis(rng.below(100) as u64));
+                }
+            });
+        }
+        let readers: Vec<_> = (0..clients.len())
+            .map(|c| {
+                let (v, oracle, stop, names) = (clients[c], &oracle, &stop, &names);
+                s.spawn(move || {
+                    let mut rng = Rng(0xDEAD_BEEF + c as u64);
+                    let mut seen = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let name = rng.below(names.len());
+                        let t0 = oracle.tick();
+                        let r = v.stat(At::Root, &names[name]);
+                        let t1 = oracle.tick();
+                        let ino = match r {
+                            Ok(st) => Some(st.ino),
+                            Err(Errno::ENOENT) => None,
+                            Err(e) => panic!("stat {}: {e}", names[name]),
+                        };
+                        seen.push(Answer {
+                            name,
+                            client: c,
+                            t0,
+                            t1,
+                            ino,
+                        });
+                        // Sampling every ~50 µs sees every change (each
+                        // takes a commit, milliseconds) and leaves the two
+                        // CPUs to etcd and the changing threads.
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(secs));
+        stop.store(true, Ordering::Relaxed);
+        readers.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+
+    // Every change is in the history now: check each answer.
+    let (mut own, mut other, mut found) = (0usize, Vec::new(), [0usize; 2]);
+    for ans in answers.iter().flatten() {
+        let name = &names[ans.name];
+        let lag = oracle
+            .lag(name, ans.ino, ans.t0, ans.t1)
+            .unwrap_or_else(|| panic!("{name} answered {:?}, which it never was", ans.ino));
+        found[ans.ino.is_some() as usize] += 1;
+        if owner(ans.name / per_thread) == ans.client {
+            assert_eq!(
+                lag,
+                0,
+                "client {} answered {:?} for its own {name}: {:.3} ms out of date",
+                ans.client,
+                ans.ino,
+                Oracle::ms(lag)
+            );
+            own += 1;
+        } else {
+            assert!(
+                lag <= bound_ns,
+                "client {} answered {:?} for {name}: {:.3} ms out of date, over the {staleness:?} bound",
+                ans.client,
+                ans.ino,
+                Oracle::ms(lag)
+            );
+            other.push(lag);
+        }
+    }
+    let changes = changes.load(Ordering::Relaxed);
+    let behind: Vec<u64> = {
+        let mut v: Vec<u64> = other.iter().copied().filter(|&l| l > 0).collect();
+        v.sort_unstable();
+        v
+    };
+    println!(
+        "{changes} changes, {} answers checked: {own} about the reader's own client's names, \
+         all within their call; {} about the other client's, {} of them (p50 {:.3} ms, \
+         max {:.3} ms) older than the call, bound {staleness:?}; {} positive, {} ENOENT",
+        own + other.len(),
+        other.len(),
+        behind.len(),
+        Oracle::ms(behind.get(behind.len() / 2).copied().unwrap_or(0)),
+        Oracle::ms(behind.last().copied().unwrap_or(0)),
+        found[1],
+        found[0],
+    );
+    assert!(changes >= 50, "the workload ran ({changes} changes)");
+    assert!(own >= 1000 && other.len() >= 1000, "enough answers");
+    assert!(found[0] >= 100 && found[1] >= 100, "both kinds of answer");
+
+    // At rest, both clients converge on the same namespace.
+    let agree = || {
+        names
+            .iter()
+            .all(|n| a.stat(At::Root, n).map(|s| s.ino) == b.stat(At::Root, n).map(|s| s.ino))
+    };
+    common::eventually(Duration::from_secs(5), agree).expect("the clients converge");
+}
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
     }
 }

@@ -8,102 +8,28 @@
 //! the Vfs frees everything.
 //!
 //! Each mutator thread owns its names (so it can log their history without
-//! races); every thread looks up every name. Time is a global ticket
-//! counter: an operation's window is [ticket before, ticket after].
+//! races); every thread looks up every name. The history and the check
+//! are the shared oracle's (`tests/oracle`): an operation's window is
+//! [tick before, tick after].
 //!
 //! `DCACHE_STRESS_SECS` sets the duration (default 20).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
 use dcache::fs::{Ctx, RenameFlags};
 use dcache::{At, Errno, StatMode, Vfs};
 
+mod oracle;
+use oracle::Oracle;
+
 const DIRS: usize = 3;
 const NAMES_PER_THREAD: usize = 6;
 const MUTATORS: usize = 2;
 const READERS: usize = 2;
-
-/// One period during which `ino` held a name. `loose_*` contain the true
-/// period, `tight_*` are contained in it (None = still holding).
-#[derive(Clone, Debug)]
-struct Held {
-    ino: u64,
-    loose_start: u64,
-    tight_start: u64,
-    tight_end: Option<u64>,
-    loose_end: Option<u64>,
-}
-
-struct Oracle {
-    clock: AtomicU64,
-    history: Mutex<HashMap<String, Vec<Held>>>,
-    /// Per mutator: a clock value no later than the start of its operation
-    /// whose history is not recorded yet (u64::MAX when none).
-    busy: [AtomicU64; MUTATORS],
-}
-
-impl Oracle {
-    fn tick(&self) -> u64 {
-        self.clock.fetch_add(1, Ordering::SeqCst)
-    }
-    /// Called by mutator `t` before each operation's first tick. SeqCst
-    /// with `tick`: a reader whose window ends after our start sees this.
-    fn enter(&self, t: usize) {
-        self.busy[t].store(self.clock.load(Ordering::SeqCst), Ordering::SeqCst);
-    }
-    fn leave(&self, t: usize) {
-        self.busy[t].store(u64::MAX, Ordering::SeqCst);
-    }
-    /// Wait until every operation that started by `t1` is in the history.
-    fn settle(&self, t1: u64) {
-        for b in &self.busy {
-            while b.load(Ordering::SeqCst) <= t1 {
-                std::thread::yield_now();
-            }
-        }
-    }
-    fn begin_hold(&self, name: &str, ino: u64, loose_start: u64, tight_start: u64) {
-        self.history
-            .lock()
-            .unwrap()
-            .entry(name.to_string())
-            .or_default()
-            .push(Held {
-                ino,
-                loose_start,
-                tight_start,
-                tight_end: None,
-                loose_end: None,
-            });
-    }
-    fn end_hold(&self, name: &str, tight_end: u64, loose_end: u64) {
-        let mut h = self.history.lock().unwrap();
-        let last = h.get_mut(name).and_then(|v| v.last_mut()).expect("held");
-        assert!(last.loose_end.is_none());
-        last.tight_end = Some(tight_end);
-        last.loose_end = Some(loose_end);
-    }
-    /// Could `ino` have held `name` at some instant in [t0, t1]?
-    fn could_hold(&self, name: &str, ino: u64, t0: u64, t1: u64) -> bool {
-        let h = self.history.lock().unwrap();
-        h.get(name).is_some_and(|v| {
-            v.iter()
-                .any(|p| p.ino == ino && p.loose_start <= t1 && p.loose_end.is_none_or(|e| e >= t0))
-        })
-    }
-    /// Did some inode certainly hold `name` for all of [t0, t1]?
-    fn surely_held(&self, name: &str, t0: u64, t1: u64) -> bool {
-        let h = self.history.lock().unwrap();
-        h.get(name).is_some_and(|v| {
-            v.iter()
-                .any(|p| p.tight_start <= t0 && p.tight_end.is_none_or(|e| e >= t1))
-        })
-    }
-}
 
 fn name_of(thread: usize, dir: usize, i: usize) -> String {
     format!("d{dir}/t{thread}_{i}")
@@ -126,12 +52,14 @@ impl Rng {
 fn check_lookup(oracle: &Oracle, name: &str, t0: u64, t1: u64, r: dcache::Result<u64>) {
     oracle.settle(t1);
     match r {
-        Ok(ino) => assert!(
-            oracle.could_hold(name, ino, t0, t1),
+        Ok(ino) => assert_eq!(
+            oracle.lag(name, Some(ino), t0, t1),
+            Some(0),
             "{name} resolved to ino {ino}, which never held it during [{t0}, {t1}]"
         ),
-        Err(Errno::ENOENT) => assert!(
-            !oracle.surely_held(name, t0, t1),
+        Err(Errno::ENOENT) => assert_eq!(
+            oracle.lag(name, None, t0, t1),
+            Some(0),
             "{name} said ENOENT while it was held throughout [{t0}, {t1}]"
         ),
         Err(e) => panic!("{name}: unexpected error {e}"),
@@ -150,11 +78,7 @@ fn concurrent_namespace_stress() {
     }
     let vfs = Vfs::new(fs.clone()).unwrap();
     let counters = vfs.counters();
-    let oracle = Oracle {
-        clock: AtomicU64::new(1),
-        history: Mutex::new(HashMap::new()),
-        busy: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
-    };
+    let oracle = Oracle::new(MUTATORS);
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let ops = AtomicU64::new(0);
