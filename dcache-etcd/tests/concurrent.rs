@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{client, etcd_available, Cluster};
 use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
-use oracle::Oracle;
+use oracle::{Oracle, Rng};
 
 fn excl(v: &dcache::Vfs, path: &str) -> Result<(), Errno> {
     v.open(
@@ -445,15 +445,4 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
             .all(|n| a.stat(At::Root, n).map(|s| s.ino) == b.stat(At::Root, n).map(|s| s.ino))
     };
     common::eventually(Duration::from_secs(5), agree).expect("the clients converge");
-}
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
-    }
 }

@@ -24,7 +24,7 @@ use dcache::fs::{Ctx, RenameFlags};
 use dcache::{At, Errno, StatMode, Vfs};
 
 mod oracle;
-use oracle::Oracle;
+use oracle::{Oracle, Rng};
 
 const DIRS: usize = 3;
 const NAMES_PER_THREAD: usize = 6;
@@ -33,20 +33,6 @@ const READERS: usize = 2;
 
 fn name_of(thread: usize, dir: usize, i: usize) -> String {
     format!("d{dir}/t{thread}_{i}")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 fn check_lookup(oracle: &Oracle, name: &str, t0: u64, t1: u64, r: dcache::Result<u64>) {
