@@ -101,7 +101,10 @@ impl Clock {
 
 pub(crate) struct Cache {
     clock: Clock,
-    bound_ns: u64,
+    /// How long after a heartbeat's stamp the watch counts as current:
+    /// the staleness bound less the clock's slack (a coarse reading lags
+    /// by up to a tick, counted as elapsed once here, not on every check).
+    fresh_for_ns: u64,
     /// ino -> the highest revision at which this client saw its record
     /// change (put or delete). A directory's entries change only together
     /// with its record, so this is also the directory's revision.
@@ -124,9 +127,12 @@ pub(crate) struct Cache {
 impl Cache {
     pub fn new(bound: Duration) -> Cache {
         let bound_ns = bound.as_nanos().min(u64::MAX as u128) as u64;
+        let clock = Clock::for_bound(bound_ns);
         Cache {
-            clock: Clock::for_bound(bound_ns),
-            bound_ns,
+            // No underflow: a clock with slack is chosen only for a bound
+            // of at least COARSE_MIN_BOUND ticks.
+            fresh_for_ns: bound_ns - clock.slack_ns,
+            clock,
             ino_rev: InoMap::default(),
             recs: InoMap::default(),
             write: Mutex::new(()),
@@ -151,8 +157,7 @@ impl Cache {
         // Acquire: pairs with the Release in `synced`, so the events
         // applied before the heartbeat are visible.
         let s = self.synced_at.load(Ordering::Acquire);
-        // A coarse reading lags by up to `slack_ns`: counted as elapsed.
-        s != 0 && self.now_ns().saturating_sub(s) + self.clock.slack_ns <= self.bound_ns
+        s != 0 && self.now_ns().saturating_sub(s) <= self.fresh_for_ns
     }
 
     /// How long ago the watch was last known current (`None`: never).

@@ -6,7 +6,6 @@ mod common;
 #[path = "../../dcache/tests/oracle/mod.rs"]
 mod oracle;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{client, etcd_available, Cluster};
 use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
-use oracle::{Oracle, Rng};
+use oracle::{Mutator, Oracle, Rng};
 
 fn excl(v: &dcache::Vfs, path: &str) -> Result<(), Errno> {
     v.open(
@@ -296,48 +295,14 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
             s.spawn(move || {
                 let mut rng = Rng(0x9E37_79B9 + t as u64 * 7919);
                 let own = &names[t * per_thread..(t + 1) * per_thread];
-                let mut mine: HashMap<&str, u64> = HashMap::new();
+                let mut m = Mutator::new(oracle);
                 while !stop.load(Ordering::Relaxed) {
                     let name = own[rng.below(per_thread)].as_str();
                     oracle.enter(t);
-                    let t0 = oracle.tick();
                     match rng.below(10) {
-                        0..=3 => match v.create(At::Root, name, 0o644, Ctx::ROOT) {
-                            Ok(d) => {
-                                let ino = d.ino().unwrap();
-                                oracle.begin_hold(name, ino, t0, oracle.tick());
-                                mine.insert(name, ino);
-                            }
-                            Err(Errno::EEXIST) => assert!(mine.contains_key(name)),
-                            Err(e) => panic!("create {name}: {e}"),
-                        },
-                        4..=5 => match v.unlink(At::Root, name) {
-                            Ok(()) => {
-                                oracle.end_hold(name, t0, oracle.tick());
-                                mine.remove(name);
-                            }
-                            Err(Errno::ENOENT) => assert!(!mine.contains_key(name)),
-                            Err(e) => panic!("unlink {name}: {e}"),
-                        },
-                        _ => {
-                            let to = own[rng.below(per_thread)].as_str();
-                            let r = v.rename(At::Root, name, At::Root, to, RenameFlags::NONE);
-                            let t1 = oracle.tick();
-                            match r {
-                                Ok(()) if name == to => {}
-                                Ok(()) => {
-                                    let ino = mine.remove(name).expect("renamed a name it holds");
-                                    oracle.end_hold(name, t0, t1);
-                                    if mine.contains_key(to) {
-                                        oracle.end_hold(to, t0, t1);
-                                    }
-                                    oracle.begin_hold(to, ino, t0, t1);
-                                    mine.insert(to, ino);
-                                }
-                                Err(Errno::ENOENT) => assert!(!mine.contains_key(name)),
-                                Err(e) => panic!("rename {name} -> {to}: {e}"),
-                            }
-                        }
+                        0..=3 => m.create(v, name),
+                        4..=5 => m.unlink(v, name),
+                        _ => m.rename(v, name, own[rng.below(per_thread)].as_str()),
                     }
                     oracle.leave(t);
                     changes.fetch_add(1, Ordering::Relaxed);

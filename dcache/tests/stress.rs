@@ -14,17 +14,16 @@
 //!
 //! `DCACHE_STRESS_SECS` sets the duration (default 20).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::{Ctx, RenameFlags};
+use dcache::fs::Ctx;
 use dcache::{At, Errno, StatMode, Vfs};
 
 mod oracle;
-use oracle::{Oracle, Rng};
+use oracle::{Mutator, Oracle, Rng};
 
 const DIRS: usize = 3;
 const NAMES_PER_THREAD: usize = 6;
@@ -74,57 +73,17 @@ fn concurrent_namespace_stress() {
             let (vfs, oracle, stop, ops) = (&vfs, &oracle, &stop, &ops);
             s.spawn(move || {
                 let mut rng = Rng(0x9E37_79B9 + t as u64 * 7919);
-                // name -> ino currently held (this thread's names only).
-                let mut mine: HashMap<String, u64> = HashMap::new();
+                let mut m = Mutator::new(oracle);
                 let mut held_refs = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let name = name_of(t, rng.below(DIRS), rng.below(NAMES_PER_THREAD));
                     oracle.enter(t);
                     match rng.below(10) {
-                        0..=2 => {
-                            let t0 = oracle.tick();
-                            match vfs.create(At::Root, &name, 0o644, Ctx::ROOT) {
-                                Ok(d) => {
-                                    let ino = d.ino().unwrap();
-                                    let t1 = oracle.tick();
-                                    oracle.begin_hold(&name, ino, t0, t1);
-                                    mine.insert(name, ino);
-                                }
-                                Err(Errno::EEXIST) => assert!(mine.contains_key(&name)),
-                                Err(e) => panic!("create {name}: {e}"),
-                            }
-                        }
-                        3..=4 => {
-                            let t0 = oracle.tick();
-                            match vfs.unlink(At::Root, &name) {
-                                Ok(()) => {
-                                    let t1 = oracle.tick();
-                                    oracle.end_hold(&name, t0, t1);
-                                    mine.remove(&name);
-                                }
-                                Err(Errno::ENOENT) => assert!(!mine.contains_key(&name)),
-                                Err(e) => panic!("unlink {name}: {e}"),
-                            }
-                        }
+                        0..=2 => m.create(vfs, &name),
+                        3..=4 => m.unlink(vfs, &name),
                         5..=6 => {
                             let to = name_of(t, rng.below(DIRS), rng.below(NAMES_PER_THREAD));
-                            let t0 = oracle.tick();
-                            let r = vfs.rename(At::Root, &name, At::Root, &to, RenameFlags::NONE);
-                            let t1 = oracle.tick();
-                            match r {
-                                Ok(()) if name == to => {}
-                                Ok(()) => {
-                                    let ino = mine.remove(&name).expect("renamed a name we hold");
-                                    oracle.end_hold(&name, t0, t1);
-                                    if mine.contains_key(&to) {
-                                        oracle.end_hold(&to, t0, t1);
-                                    }
-                                    oracle.begin_hold(&to, ino, t0, t1);
-                                    mine.insert(to, ino);
-                                }
-                                Err(Errno::ENOENT) => assert!(!mine.contains_key(&name)),
-                                Err(e) => panic!("rename {name} -> {to}: {e}"),
-                            }
+                            m.rename(vfs, &name, &to);
                         }
                         7 => {
                             // Hold a reference across later operations.

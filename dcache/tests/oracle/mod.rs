@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use dcache::{At, Ctx, Errno, RenameFlags, Vfs};
+
 /// One period during which `ino` held a name. `loose_*` contain the true
 /// period, `tight_*` are contained in it (None = still holding).
 #[derive(Clone, Debug)]
@@ -129,7 +131,7 @@ impl Oracle {
     /// How long before `t0` the namespace last was as a lookup of `name`
     /// during `[t0, t1]` answered (`answer`: the inode, None for ENOENT):
     /// 0 when it was so at some instant of the window, None when it never
-    /// was by `t1`.
+    /// was by `t1` (an inode that never held the name).
     pub fn lag(&self, name: &str, answer: Option<u64>, t0: u64, t1: u64) -> Option<u64> {
         let h = self.history.lock().unwrap();
         let holds = h.get(name).map(Vec::as_slice).unwrap_or(&[]);
@@ -151,13 +153,75 @@ impl Oracle {
                     .iter()
                     .find(|p| p.tight_start <= x && p.tight_end.is_none_or(|e| e >= x))
                 {
-                    if p.tight_start == 0 {
-                        return None;
-                    }
+                    // Ticks start at 2: a hold's start minus one is a tick.
                     x = p.tight_start - 1;
                 }
                 Some(t0.saturating_sub(x))
             }
+        }
+    }
+}
+
+/// One mutator's changes to the names it owns, each made through a `Vfs`
+/// and recorded in the history; `mine` is what it holds (name -> inode).
+pub struct Mutator<'o> {
+    oracle: &'o Oracle,
+    mine: HashMap<String, u64>,
+}
+
+impl<'o> Mutator<'o> {
+    pub fn new(oracle: &'o Oracle) -> Self {
+        Mutator {
+            oracle,
+            mine: HashMap::new(),
+        }
+    }
+
+    /// Create `name`; EEXIST only if this mutator holds it.
+    pub fn create(&mut self, v: &Vfs, name: &str) {
+        let t0 = self.oracle.tick();
+        match v.create(At::Root, name, 0o644, Ctx::ROOT) {
+            Ok(d) => {
+                let ino = d.ino().unwrap();
+                self.oracle.begin_hold(name, ino, t0, self.oracle.tick());
+                self.mine.insert(name.to_string(), ino);
+            }
+            Err(Errno::EEXIST) => assert!(self.mine.contains_key(name)),
+            Err(e) => panic!("create {name}: {e}"),
+        }
+    }
+
+    /// Unlink `name`; ENOENT only if this mutator does not hold it.
+    pub fn unlink(&mut self, v: &Vfs, name: &str) {
+        let t0 = self.oracle.tick();
+        match v.unlink(At::Root, name) {
+            Ok(()) => {
+                self.oracle.end_hold(name, t0, self.oracle.tick());
+                self.mine.remove(name);
+            }
+            Err(Errno::ENOENT) => assert!(!self.mine.contains_key(name)),
+            Err(e) => panic!("unlink {name}: {e}"),
+        }
+    }
+
+    /// Rename `from` over `to` (both this mutator's names).
+    pub fn rename(&mut self, v: &Vfs, from: &str, to: &str) {
+        let t0 = self.oracle.tick();
+        let r = v.rename(At::Root, from, At::Root, to, RenameFlags::NONE);
+        let t1 = self.oracle.tick();
+        match r {
+            Ok(()) if from == to => {}
+            Ok(()) => {
+                let ino = self.mine.remove(from).expect("renamed a name it holds");
+                self.oracle.end_hold(from, t0, t1);
+                if self.mine.contains_key(to) {
+                    self.oracle.end_hold(to, t0, t1);
+                }
+                self.oracle.begin_hold(to, ino, t0, t1);
+                self.mine.insert(to.to_string(), ino);
+            }
+            Err(Errno::ENOENT) => assert!(!self.mine.contains_key(from)),
+            Err(e) => panic!("rename {from} -> {to}: {e}"),
         }
     }
 }
