@@ -170,7 +170,7 @@ impl FuseCore {
         if n.ino().map(|i| self.ids.id(i)) == Some(super::nodes::ROOT_ID) {
             return None;
         }
-        let p = self.vfs.dget_parent(&n);
+        let p = n.parent();
         let pid = self.ids.id(p.ino()?);
         Some((pid, n.name()))
     }
@@ -337,17 +337,22 @@ impl FuseCore {
         Ok((entry, self.handles.insert(f)))
     }
 
-    /// The open file behind `fh`.
-    fn file(&self, fh: Fh) -> ManuallyDrop<OpenFile<'_>> {
+    /// The open file behind `fh`; EBADF for a file of another mount's
+    /// `Vfs` (one pointer compare: a handle never acts on the wrong cache).
+    fn file(&self, fh: Fh) -> Result<ManuallyDrop<OpenFile<'_>>> {
         // SAFETY: the returned borrow cannot outlive `self`, which owns the
         // Vfs every handle was opened on; `Fh`'s contract keeps the handle
         // alive for the request.
-        unsafe { self.handles.get(fh) }
+        let f = unsafe { self.handles.get(fh) };
+        if !f.dentry().belongs_to(&self.vfs) {
+            return Err(Errno::EBADF);
+        }
+        Ok(f)
     }
 
     /// READ: up to `size` bytes at `offset` (fewer at end of file).
     pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let f = self.file(fh);
+        let f = self.file(fh)?;
         let mut buf = vec![0u8; size as usize];
         let n = f.read(offset, &mut buf)?;
         buf.truncate(n);
@@ -356,18 +361,18 @@ impl FuseCore {
 
     /// WRITE: `data` at `offset`; returns the bytes written.
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
-        self.file(fh).write(offset, data)
+        self.file(fh)?.write(offset, data)
     }
 
     /// FLUSH: a descriptor of the open file is being closed.
     pub fn flush(&self, fh: Fh) -> Result<()> {
-        let f = self.file(fh);
+        let f = self.file(fh)?;
         self.vfs.backend().flush(f.ino(), f.fh())
     }
 
     /// FSYNC (`fdatasync` when `datasync`).
     pub fn fsync(&self, fh: Fh, datasync: bool) -> Result<()> {
-        let f = self.file(fh);
+        let f = self.file(fh)?;
         self.vfs.backend().fsync(f.ino(), f.fh(), datasync)
     }
 
@@ -376,6 +381,8 @@ impl FuseCore {
     pub fn release_file(&self, fh: Fh) -> Result<()> {
         // SAFETY: as in `file`; `Fh`'s contract makes this the handle's one
         // RELEASE, after its last other request.
+        self.file(fh)?;
+        // SAFETY: as above; checked to be this mount's file just now.
         unsafe { self.handles.remove(fh) }.close()
     }
 
@@ -415,7 +422,7 @@ impl FuseCore {
                     add(a.ino, e.offset, &e.name, &a)
                 }
                 b".." => {
-                    let p = self.vfs.dget_parent(&dir);
+                    let p = dir.parent();
                     let a = self.shown(self.vfs.getattr_dentry(&p)?);
                     add(a.ino, e.offset, &e.name, &a)
                 }

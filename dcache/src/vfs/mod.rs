@@ -328,6 +328,35 @@ impl<'v> DentryRef<'v> {
     pub fn count(&self) -> i32 {
         self.dentry().count()
     }
+
+    /// Whether this is a dentry of `vfs` (handles of one `Vfs` given to
+    /// another are refused with EXDEV).
+    pub fn belongs_to(&self, vfs: &Vfs) -> bool {
+        vfs.owns(self.dentry())
+    }
+
+    /// A counted reference to the current parent (Linux's `dget_parent`);
+    /// the root is its own parent.
+    pub fn parent(&self) -> DentryRef<'v> {
+        let sb = dcache::sb_of(self.dentry());
+        loop {
+            let g = sb.rcu.read_lock();
+            let p = self.dentry().parent_ptr();
+            // SAFETY: the parent is alive while this dentry (which pins it)
+            // is, and we are in a read section in case a rename just moved
+            // the dentry and let the old parent go.
+            let pr = unsafe { &*p };
+            if let Some(parent) = DentryRef::try_get(pr) {
+                if self.dentry().parent_ptr() == p {
+                    drop(g);
+                    return parent;
+                }
+                // Moved meanwhile: `parent` is dropped (dput) and we retry.
+            }
+            drop(g);
+            crate::sync::yield_now();
+        }
+    }
 }
 
 impl Clone for DentryRef<'_> {
@@ -473,6 +502,25 @@ impl Vfs {
         let p = NonNull::new(p.cast_mut()).expect("null dentry");
         // SAFETY: the reference just taken.
         unsafe { DentryRef::from_counted(p) }
+    }
+
+    /// Whether `d` is one of this `Vfs`'s dentries: every entry point that
+    /// takes a dentry, a [`DentryRef`] or an [`At::Dir`] checks it (one
+    /// pointer compare) and answers EXDEV for another `Vfs`'s, so a handle
+    /// can never be walked, linked, opened or pinned by the wrong cache.
+    #[inline(always)]
+    pub(crate) fn owns(&self, d: &Dentry) -> bool {
+        std::ptr::eq(d.d_sb, self.sb.as_ptr() as *const ())
+    }
+
+    /// [`Vfs::owns`] as a result: EXDEV for another `Vfs`'s dentry.
+    #[inline(always)]
+    pub(crate) fn check_owned(&self, d: &Dentry) -> crate::Result<()> {
+        if self.owns(d) {
+            Ok(())
+        } else {
+            Err(crate::Errno::EXDEV)
+        }
     }
 
     /// Free up to `n` unused dentries (negative ones first); returns how

@@ -255,6 +255,7 @@ impl Vfs {
         d: &DentryRef<'v>,
         flags: i32,
     ) -> Result<OpenFile<'v>> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
         if flags & libc::O_PATH == 0 {
@@ -272,6 +273,7 @@ impl Vfs {
     /// Open a dentry the caller holds (FUSE open by node id), with the
     /// type checks and no permission check.
     pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
         self.open_checked(d, i, flags, false)

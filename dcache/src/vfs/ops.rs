@@ -58,7 +58,10 @@ impl Vfs {
         let parent = if parent_path.is_empty() {
             match at {
                 At::Root => self.root(),
-                At::Dir(d) => DentryRef::try_get(d).ok_or(Errno::ENOENT)?,
+                At::Dir(d) => {
+                    self.check_owned(d)?;
+                    DentryRef::try_get(d).ok_or(Errno::ENOENT)?
+                }
             }
         } else {
             self.walk_ref(at, parent_path, true, false, cred)?
@@ -300,6 +303,7 @@ impl Vfs {
     /// The target of the symlink `d` (EINVAL if it is not one); cached on
     /// the inode after the first read.
     pub fn readlink_dentry(&self, d: &DentryRef<'_>) -> Result<Vec<u8>> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         if i.kind() != FileType::Symlink {
             return Err(Errno::EINVAL);
@@ -362,6 +366,7 @@ impl Vfs {
         new_at: At<'_>,
         new_path: &[u8],
     ) -> Result<DentryRef<'v>> {
+        self.check_owned(old.dentry())?;
         let inode = old.inode().ok_or(Errno::ENOENT)?;
         let fs = &self.sb().fs;
         let ino = inode.ino;
@@ -742,6 +747,7 @@ impl Vfs {
         offset: u64,
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> Result<()> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         if i.kind() != FileType::Directory {
             return Err(Errno::ENOTDIR);
@@ -788,6 +794,7 @@ impl Vfs {
         set: &SetAttr,
         via_writable_fd: bool,
     ) -> Result<Attr> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         let p = i.perm();
         let mut set = *set;
@@ -820,6 +827,7 @@ impl Vfs {
     /// Change the attributes of `d` in the backend and the cached copy (no
     /// permission check; `ctx` is passed to the backend).
     pub fn setattr_dentry(&self, d: &DentryRef<'_>, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         let a = self.sb().fs.setattr(i.ino, set, ctx)?;
         if a.kind == i.kind() {
@@ -831,6 +839,7 @@ impl Vfs {
     /// Attributes of a dentry the caller holds (cached; refreshed from the
     /// backend when it needs revalidation).
     pub fn getattr_dentry(&self, d: &DentryRef<'_>) -> Result<Attr> {
+        self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         if self.sb().revalidate {
             let a = self.sb().fs.getattr(i.ino)?;

@@ -101,7 +101,12 @@ impl Vfs {
             return RcuWalk::Fallback;
         }
         let cur: &'g Dentry = match at {
-            At::Dir(d) if path.first() != Some(&b'/') => d,
+            At::Dir(d) if path.first() != Some(&b'/') => {
+                if !self.owns(d) {
+                    return RcuWalk::Err(Errno::EXDEV);
+                }
+                d
+            }
             // SAFETY: the root lives as long as the Vfs.
             _ => unsafe { &*sb.root() },
         };

@@ -33,6 +33,7 @@ impl Vfs {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut cur = match at {
             At::Dir(d) if path.first() != Some(&b'/') => {
+                self.check_owned(d)?;
                 DentryRef::try_get(d).ok_or(Errno::ENOENT)?
             }
             _ => self.root(),
@@ -55,7 +56,7 @@ impl Vfs {
             }
             if name == b".." {
                 if cur.as_ptr() != sb.root() {
-                    cur = self.dget_parent(&cur);
+                    cur = cur.parent();
                 }
                 continue;
             }
@@ -94,27 +95,6 @@ impl Vfs {
         let t = self.sb().fs.readlink(inode.ino)?;
         inode.cache_link(&t);
         Ok(t)
-    }
-
-    /// A counted reference to `d`'s current parent (Linux dget_parent).
-    pub fn dget_parent<'v>(&'v self, d: &DentryRef<'v>) -> DentryRef<'v> {
-        let sb = self.sb();
-        loop {
-            let g = sb.rcu.read_lock();
-            let p = d.dentry().parent_ptr();
-            // SAFETY: the parent is alive while d (which pins it) is, and we
-            // are in a read section in case a rename just moved d.
-            let pr = unsafe { &*p };
-            if let Some(parent) = DentryRef::try_get(pr) {
-                if d.dentry().parent_ptr() == p {
-                    drop(g);
-                    return parent;
-                }
-                // Moved meanwhile: `parent` is dropped (dput) and we retry.
-            }
-            drop(g);
-            crate::sync::yield_now();
-        }
     }
 
     /// Try the table with a reference: a hashed, live dentry `parent/name`.
