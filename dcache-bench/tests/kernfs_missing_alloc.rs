@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use dcache::fs::kernfs::KernFs;
-use dcache::fs::Ctx;
 use dcache::{At, Errno, Vfs};
 use dcache_bench::workloads::kernfs::{build_cpu_tree, file_path, MISSING_PATH, TREE_CPUS};
 
@@ -29,13 +28,15 @@ fn mount(variant: &str) -> (Arc<KernFs>, Vfs) {
 }
 
 fn open_missing(vfs: &Vfs) -> dcache::Result<()> {
-    vfs.open(At::Root, MISSING_PATH, libc::O_RDONLY, 0, Ctx::ROOT)
+    vfs.as_root()
+        .open(At::Root, MISSING_PATH, libc::O_RDONLY, 0)
         .map(drop)
 }
 
 fn open_read_close(vfs: &Vfs, path: &str) -> Vec<u8> {
     let f = vfs
-        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
+        .as_root()
+        .open(At::Root, path, libc::O_RDONLY, 0)
         .unwrap();
     let mut buf = [0u8; 64];
     let n = f.read(0, &mut buf).unwrap();
@@ -69,7 +70,10 @@ fn rcu_repeated_miss_through_the_vfs_allocates_nothing_and_never_falls_back() {
         walks(&vfs, || {
             for _ in 0..N {
                 assert_eq!(open_missing(&vfs), Err(Errno::ENOENT));
-                assert_eq!(vfs.stat(At::Root, MISSING_PATH), Err(Errno::ENOENT));
+                assert_eq!(
+                    vfs.as_root().stat(At::Root, MISSING_PATH),
+                    Err(Errno::ENOENT)
+                );
             }
         })
     });

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use dcache::{At, Ctx, RenameFlags, Vfs};
+use dcache::{At, RenameFlags, Vfs};
 use dcache_etcd::EtcdFs;
 
 fn main() {
@@ -29,28 +29,36 @@ fn main() {
     let vfs = Vfs::new(fs.clone()).expect("root");
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let r: dcache::Result<()> = (|| match arg(1) {
-        "ls" => vfs.readdir(At::Root, arg(2), 0, &mut |e| {
+        "ls" => vfs.as_root().readdir(At::Root, arg(2), 0, &mut |e| {
             println!("{:>8} {}", e.ino, String::from_utf8_lossy(&e.name));
             true
         }),
-        "stat" => vfs.stat(At::Root, arg(2)).map(|a| println!("{a:?}")),
-        "mkdir" => vfs.mkdir(At::Root, arg(2), 0o755, Ctx::current()).map(drop),
-        "touch" => vfs
-            .open(
-                At::Root,
-                arg(2),
-                libc::O_CREAT | libc::O_WRONLY,
-                0o644,
-                Ctx::current(),
-            )
+        "stat" => vfs
+            .as_root()
+            .stat(At::Root, arg(2))
+            .map(|a| println!("{a:?}")),
+        "mkdir" => vfs
+            .as_cred(&dcache::Cred::current())
+            .mkdir(At::Root, arg(2), 0o755)
             .map(drop),
-        "rm" => vfs.unlink(At::Root, arg(2)),
-        "rmdir" => vfs.rmdir(At::Root, arg(2)),
-        "mv" => vfs.rename(At::Root, arg(2), At::Root, arg(3), RenameFlags::NONE),
-        "ln" => vfs.link(At::Root, arg(2), At::Root, arg(3)).map(drop),
+        "touch" => vfs
+            .as_cred(&dcache::Cred::current())
+            .open(At::Root, arg(2), libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .map(drop),
+        "rm" => vfs.as_root().unlink(At::Root, arg(2)),
+        "rmdir" => vfs.as_root().rmdir(At::Root, arg(2)),
+        "mv" => vfs
+            .as_root()
+            .rename(At::Root, arg(2), At::Root, arg(3), RenameFlags::NONE),
+        "ln" => vfs
+            .as_root()
+            .link(At::Root, arg(2), At::Root, arg(3))
+            .map(drop),
         "write" => {
             let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-            let f = vfs.open(At::Root, arg(2), flags, 0o644, Ctx::current())?;
+            let f = vfs
+                .as_cred(&dcache::Cred::current())
+                .open(At::Root, arg(2), flags, 0o644)?;
             let data = arg(3).as_bytes();
             let mut off = 0;
             while off < data.len() {
@@ -59,7 +67,9 @@ fn main() {
             Ok(())
         }
         "cat" => {
-            let f = vfs.open(At::Root, arg(2), libc::O_RDONLY, 0, Ctx::current())?;
+            let f =
+                vfs.as_cred(&dcache::Cred::current())
+                    .open(At::Root, arg(2), libc::O_RDONLY, 0)?;
             let mut buf = vec![0u8; 1 << 16];
             let mut off = 0u64;
             loop {

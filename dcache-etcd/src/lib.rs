@@ -21,7 +21,7 @@
 //! use std::sync::Arc;
 //! let fs = dcache_etcd::EtcdFs::connect("http://127.0.0.1:2379/myfs").unwrap();
 //! let vfs = dcache::Vfs::new(Arc::new(fs)).unwrap();
-//! vfs.mkdir(dcache::At::Root, "shared", 0o755, dcache::Ctx::ROOT).unwrap();
+//! vfs.as_root().mkdir(dcache::At::Root, "shared", 0o755).unwrap();
 //! ```
 
 #![deny(unsafe_code)]

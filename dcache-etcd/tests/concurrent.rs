@@ -11,19 +11,19 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd_available, Cluster};
-use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
+use dcache::{At, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
 use oracle::{Mutator, Oracle, Rng};
 
 fn excl(v: &dcache::Vfs, path: &str) -> Result<(), Errno> {
-    v.open(
-        At::Root,
-        path,
-        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-        0o644,
-        Ctx::ROOT,
-    )
-    .map(drop)
+    v.as_root()
+        .open(
+            At::Root,
+            path,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o644,
+        )
+        .map(drop)
 }
 
 #[test]
@@ -39,14 +39,14 @@ fn racing_clients_get_posix_outcomes() {
 
     // 1. A file that always exists (replaced by rename) is never ENOENT
     //    to the other client, which stats it in a loop.
-    a.create(At::Root, "/always", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().create(At::Root, "/always", 0o644).unwrap();
     let stop = AtomicBool::new(false);
     let seen = AtomicUsize::new(0);
     let inos = std::sync::Mutex::new(std::collections::HashSet::new());
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                match b.stat(At::Root, "/always") {
+                match b.as_root().stat(At::Root, "/always") {
                     Ok(st) => {
                         inos.lock().unwrap().insert(st.ino);
                         seen.fetch_add(1, Ordering::Relaxed);
@@ -57,15 +57,16 @@ fn racing_clients_get_posix_outcomes() {
         });
         for i in 0..150 {
             let tmp = format!("/tmp{i}");
-            a.create(At::Root, &tmp, 0o644, Ctx::ROOT).unwrap();
-            a.rename(At::Root, &tmp, At::Root, "/always", RenameFlags::NONE)
+            a.as_root().create(At::Root, &tmp, 0o644).unwrap();
+            a.as_root()
+                .rename(At::Root, &tmp, At::Root, "/always", RenameFlags::NONE)
                 .unwrap();
             if i % 10 == 0 {
                 let set = SetAttr {
                     perm: Some(0o600 + (i % 2) as u16 * 0o40),
                     ..SetAttr::default()
                 };
-                a.setattr(At::Root, "/always", &set, Ctx::ROOT).unwrap();
+                a.as_root().setattr(At::Root, "/always", &set).unwrap();
             }
         }
         stop.store(true, Ordering::Relaxed);
@@ -76,10 +77,10 @@ fn racing_clients_get_posix_outcomes() {
         inos.lock().unwrap().len()
     );
     // Only the last one survives, with nlink 1; the replaced ones are gone.
-    let last = a.stat(At::Root, "/always").unwrap();
+    let last = a.as_root().stat(At::Root, "/always").unwrap();
     assert_eq!(last.nlink, 1);
     common::eventually(Duration::from_secs(5), || {
-        b.stat(At::Root, "/always").unwrap().ino == last.ino
+        b.as_root().stat(At::Root, "/always").unwrap().ino == last.ino
     })
     .expect("B converges");
 
@@ -115,7 +116,8 @@ fn racing_clients_get_posix_outcomes() {
     //    exactly one succeeds, the other gets ENOENT; no name is lost or
     //    doubled.
     for i in 0..50 {
-        a.create(At::Root, format!("/r{i}"), 0o644, Ctx::ROOT)
+        a.as_root()
+            .create(At::Root, format!("/r{i}"), 0o644)
             .unwrap();
     }
     let ok = [AtomicUsize::new(0), AtomicUsize::new(0)];
@@ -130,7 +132,10 @@ fn racing_clients_get_posix_outcomes() {
                 for i in 0..50 {
                     barrier.wait();
                     let to = format!("/moved{c}_{i}");
-                    match v.rename(At::Root, format!("/r{i}"), At::Root, &to, flags) {
+                    match v
+                        .as_root()
+                        .rename(At::Root, format!("/r{i}"), At::Root, &to, flags)
+                    {
                         Ok(()) => {
                             ok[c].fetch_add(1, Ordering::Relaxed);
                         }
@@ -147,43 +152,48 @@ fn racing_clients_get_posix_outcomes() {
     );
     for i in 0..50 {
         let there = (0..2)
-            .filter(|c| a.stat(At::Root, format!("/moved{c}_{i}")).is_ok())
+            .filter(|c| a.as_root().stat(At::Root, format!("/moved{c}_{i}")).is_ok())
             .count();
         assert_eq!(there, 1, "r{i} in exactly one place");
-        assert_eq!(a.stat(At::Root, format!("/r{i}")), Err(Errno::ENOENT));
+        assert_eq!(
+            a.as_root().stat(At::Root, format!("/r{i}")),
+            Err(Errno::ENOENT)
+        );
     }
 
     // 4. Link counts under concurrent link/unlink from both clients.
-    a.create(At::Root, "/base", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().create(At::Root, "/base", 0o644).unwrap();
     std::thread::scope(|s| {
         for (c, v) in clients.iter().enumerate() {
             s.spawn(move || {
                 for k in 0..40 {
-                    v.link(At::Root, "/base", At::Root, format!("/l{c}_{k}"))
+                    v.as_root()
+                        .link(At::Root, "/base", At::Root, format!("/l{c}_{k}"))
                         .unwrap();
                 }
                 for k in (0..40).step_by(2) {
-                    v.unlink(At::Root, format!("/l{c}_{k}")).unwrap();
+                    v.as_root().unlink(At::Root, format!("/l{c}_{k}")).unwrap();
                 }
             });
         }
     });
     // A third client, with a cold cache, counts names and links.
     let (_fc, c) = client(&spec, Options::default());
-    let base = c.stat(At::Root, "/base").unwrap();
+    let base = c.as_root().stat(At::Root, "/base").unwrap();
     let mut names = 0;
-    c.readdir(At::Root, "/", 0, &mut |e| {
-        if e.ino == base.ino {
-            names += 1;
-        }
-        true
-    })
-    .unwrap();
+    c.as_root()
+        .readdir(At::Root, "/", 0, &mut |e| {
+            if e.ino == base.ino {
+                names += 1;
+            }
+            true
+        })
+        .unwrap();
     assert_eq!(base.nlink, 41);
     assert_eq!(names, 41);
     let until = Instant::now() + Duration::from_secs(5);
-    while a.stat(At::Root, "/base").unwrap().nlink != 41
-        || b.stat(At::Root, "/base").unwrap().nlink != 41
+    while a.as_root().stat(At::Root, "/base").unwrap().nlink != 41
+        || b.as_root().stat(At::Root, "/base").unwrap().nlink != 41
     {
         assert!(Instant::now() < until, "clients converge on nlink");
         std::thread::sleep(Duration::from_millis(1));
@@ -202,17 +212,19 @@ fn directory_renames_cannot_make_a_loop() {
     // A moves /x into /y while B moves /y into /x: at most one may win,
     // or the two would be each other's parent, cut off from the root.
     for i in 0..30 {
-        a.mkdir(At::Root, "/x", 0o755, Ctx::ROOT).unwrap();
-        a.mkdir(At::Root, "/y", 0o755, Ctx::ROOT).unwrap();
+        a.as_root().mkdir(At::Root, "/x", 0o755).unwrap();
+        a.as_root().mkdir(At::Root, "/y", 0o755).unwrap();
         let barrier = Barrier::new(2);
         let results = std::thread::scope(|s| {
             let ha = s.spawn(|| {
                 barrier.wait();
-                a.rename(At::Root, "/x", At::Root, "/y/x", RenameFlags::NONE)
+                a.as_root()
+                    .rename(At::Root, "/x", At::Root, "/y/x", RenameFlags::NONE)
             });
             let hb = s.spawn(|| {
                 barrier.wait();
-                b.rename(At::Root, "/y", At::Root, "/x/y", RenameFlags::NONE)
+                b.as_root()
+                    .rename(At::Root, "/y", At::Root, "/x/y", RenameFlags::NONE)
             });
             [ha.join().unwrap(), hb.join().unwrap()]
         });
@@ -220,13 +232,18 @@ fn directory_renames_cannot_make_a_loop() {
         assert_eq!(wins, 1, "round {i}: {results:?}");
         // Whatever won, both directories are reachable from the root.
         let (_fc, c) = client(&spec, Options::default());
-        let ok = c.stat(At::Root, "/y/x").is_ok() || c.stat(At::Root, "/x/y").is_ok();
+        let ok = c.as_root().stat(At::Root, "/y/x").is_ok()
+            || c.as_root().stat(At::Root, "/x/y").is_ok();
         assert!(ok, "round {i}: a directory was cut off");
-        assert_eq!(c.stat(At::Root, "/").unwrap().nlink, 3);
+        assert_eq!(c.as_root().stat(At::Root, "/").unwrap().nlink, 3);
         for p in ["/y/x", "/y", "/x/y", "/x"] {
-            let _ = c.rmdir(At::Root, p);
+            let _ = c.as_root().rmdir(At::Root, p);
         }
-        assert_eq!(c.stat(At::Root, "/").unwrap().nlink, 2, "round {i}");
+        assert_eq!(
+            c.as_root().stat(At::Root, "/").unwrap().nlink,
+            2,
+            "round {i}"
+        );
     }
 }
 
@@ -265,7 +282,8 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
     let (_fa, a) = client(&spec, opts.clone());
     let (_fb, b) = client(&spec, opts);
     for d in 0..DIRS {
-        a.mkdir(At::Root, format!("/d{d}"), 0o755, Ctx::ROOT)
+        a.as_root()
+            .mkdir(At::Root, format!("/d{d}"), 0o755)
             .unwrap();
     }
     let clients = [&a, &b];
@@ -324,7 +342,7 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
                     while !stop.load(Ordering::Relaxed) {
                         let name = rng.below(names.len());
                         let t0 = oracle.tick();
-                        let r = v.stat(At::Root, &names[name]);
+                        let r = v.as_root().stat(At::Root, &names[name]);
                         let t1 = oracle.tick();
                         let ino = match r {
                             Ok(st) => Some(st.ino),
@@ -405,9 +423,10 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
 
     // At rest, both clients converge on the same namespace.
     let agree = || {
-        names
-            .iter()
-            .all(|n| a.stat(At::Root, n).map(|s| s.ino) == b.stat(At::Root, n).map(|s| s.ino))
+        names.iter().all(|n| {
+            a.as_root().stat(At::Root, n).map(|s| s.ino)
+                == b.as_root().stat(At::Root, n).map(|s| s.ino)
+        })
     };
     common::eventually(Duration::from_secs(5), agree).expect("the clients converge");
 }

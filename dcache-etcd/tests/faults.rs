@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{client, etcd_available, eventually, Cluster};
-use dcache::{At, Ctx, Errno, RenameFlags};
+use dcache::{At, Errno, RenameFlags};
 use dcache_etcd::Options;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -33,7 +33,7 @@ fn survive(kill_leader: bool) {
     let spec = etcd.spec("/faults");
     let (fa, a) = client(&spec, opts());
     let (_fb, b) = client(&spec, opts());
-    a.mkdir(At::Root, "/w", 0o755, Ctx::ROOT).unwrap();
+    a.as_root().mkdir(At::Root, "/w", 0o755).unwrap();
 
     const N: usize = 300;
     let killed = AtomicBool::new(false);
@@ -55,7 +55,7 @@ fn survive(kill_leader: bool) {
                 let f = format!("/w/f{i}");
                 let g = format!("/w/g{i}");
                 let k = killed.load(Ordering::Relaxed);
-                ack.0 = match a.create(At::Root, &f, 0o644, Ctx::ROOT) {
+                ack.0 = match a.as_root().create(At::Root, &f, 0o644) {
                     Ok(_) => Ack::Done,
                     Err(Errno::EIO) => {
                         eio += 1;
@@ -66,7 +66,10 @@ fn survive(kill_leader: bool) {
                 if ack.0 == Ack::Unknown {
                     continue;
                 }
-                ack.1 = match a.rename(At::Root, &f, At::Root, &g, RenameFlags::NONE) {
+                ack.1 = match a
+                    .as_root()
+                    .rename(At::Root, &f, At::Root, &g, RenameFlags::NONE)
+                {
                     Ok(()) => Ack::Done,
                     Err(Errno::EIO) => {
                         eio += 1;
@@ -117,16 +120,17 @@ fn survive(kill_leader: bool) {
 
     // A fresh client, cold cache, through the surviving members.
     let (_fc, c) = client(&spec, opts());
-    let w = c.stat(At::Root, "/w").unwrap();
+    let w = c.as_root().stat(At::Root, "/w").unwrap();
     assert_eq!(w.nlink, 2);
     let mut names = std::collections::HashSet::new();
-    c.readdir(At::Root, "/w", 0, &mut |e| {
-        if e.name != b"." && e.name != b".." {
-            names.insert(String::from_utf8(e.name).unwrap());
-        }
-        true
-    })
-    .unwrap();
+    c.as_root()
+        .readdir(At::Root, "/w", 0, &mut |e| {
+            if e.name != b"." && e.name != b".." {
+                names.insert(String::from_utf8(e.name).unwrap());
+            }
+            true
+        })
+        .unwrap();
     for (i, (cr, rn)) in acks.iter().enumerate() {
         let f = format!("f{i}");
         let g = format!("g{i}");
@@ -140,7 +144,7 @@ fn survive(kill_leader: bool) {
         }
         for n in [&f, &g] {
             if names.contains(n) {
-                let st = c.stat(At::Root, format!("/w/{n}")).unwrap();
+                let st = c.as_root().stat(At::Root, format!("/w/{n}")).unwrap();
                 assert_eq!(st.nlink, 1, "{n}");
             }
         }
@@ -149,15 +153,15 @@ fn survive(kill_leader: bool) {
     // converges on the same namespace.
     let last_g = (0..N).rev().find(|&i| acks[i].1 == Ack::Done).unwrap();
     eventually(Duration::from_secs(10), || {
-        b.stat(At::Root, format!("/w/g{last_g}")).is_ok()
+        b.as_root().stat(At::Root, format!("/w/g{last_g}")).is_ok()
     })
     .expect("client B sees the last acknowledged rename");
 
     // The member comes back and catches up; clients still work.
     etcd.restart(victim);
-    a.create(At::Root, "/after", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().create(At::Root, "/after", 0o644).unwrap();
     eventually(Duration::from_secs(10), || {
-        b.stat(At::Root, "/after").is_ok()
+        b.as_root().stat(At::Root, "/after").is_ok()
     })
     .expect("B sees a create after the restart");
 }
@@ -197,16 +201,19 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
             heartbeat: None,
         },
     );
-    a.create(At::Root, "/x", 0o644, Ctx::ROOT).unwrap();
-    eventually(Duration::from_secs(5), || b.stat(At::Root, "/x").is_ok()).unwrap();
-    assert_eq!(b.stat(At::Root, "/y"), Err(Errno::ENOENT));
+    a.as_root().create(At::Root, "/x", 0o644).unwrap();
+    eventually(Duration::from_secs(5), || {
+        b.as_root().stat(At::Root, "/x").is_ok()
+    })
+    .unwrap();
+    assert_eq!(b.as_root().stat(At::Root, "/y"), Err(Errno::ENOENT));
 
     etcd.signal(1, "STOP");
     let frozen = Instant::now();
     // Within the bound B still answers from its cache, without a round
     // trip (its member could not answer one).
     let t = Instant::now();
-    let cached = b.stat(At::Root, "/x");
+    let cached = b.as_root().stat(At::Root, "/x");
     if frozen.elapsed() < bound {
         assert_eq!(cached.unwrap().perm, 0o644);
         assert!(t.elapsed() < Duration::from_millis(100));
@@ -216,15 +223,15 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
         perm: Some(0o600),
         ..Default::default()
     };
-    a.setattr(At::Root, "/x", &set, Ctx::ROOT).unwrap();
-    a.create(At::Root, "/y", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().setattr(At::Root, "/x", &set).unwrap();
+    a.as_root().create(At::Root, "/y", 0o644).unwrap();
     std::thread::sleep(bound + Duration::from_millis(100));
     assert!(!fb.is_current());
     // Past the bound B must ask, cannot get an answer, and says EIO:
     // never the old mode, never ENOENT for /y.
     let t = Instant::now();
-    assert_eq!(b.stat(At::Root, "/x"), Err(Errno::EIO));
-    assert_eq!(b.stat(At::Root, "/y"), Err(Errno::EIO));
+    assert_eq!(b.as_root().stat(At::Root, "/x"), Err(Errno::EIO));
+    assert_eq!(b.as_root().stat(At::Root, "/y"), Err(Errno::EIO));
     println!(
         "cut off: EIO after {:.2?} (timeout 1 s per request)",
         t.elapsed() / 2
@@ -233,7 +240,10 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
 
     etcd.signal(1, "CONT");
     let d = eventually(Duration::from_secs(10), || {
-        b.stat(At::Root, "/x").is_ok_and(|s| s.perm == 0o600) && b.stat(At::Root, "/y").is_ok()
+        b.as_root()
+            .stat(At::Root, "/x")
+            .is_ok_and(|s| s.perm == 0o600)
+            && b.as_root().stat(At::Root, "/y").is_ok()
     })
     .expect("B catches up once its member is back");
     eventually(Duration::from_secs(5), || fb.is_current()).expect("watch current again");
@@ -250,13 +260,13 @@ fn a_watch_behind_a_compaction_resynchronises() {
     let spec_b = format!("{}/compact", etcd.endpoint(1));
     let (_fa, a) = client(&spec_a, opts());
     let (fb, b) = client(&spec_b, opts());
-    a.create(At::Root, "/x", 0o644, Ctx::ROOT).unwrap();
-    a.mkdir(At::Root, "/d", 0o755, Ctx::ROOT).unwrap();
+    a.as_root().create(At::Root, "/x", 0o644).unwrap();
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
     eventually(Duration::from_secs(5), || {
-        b.stat(At::Root, "/x").is_ok() && b.stat(At::Root, "/d").is_ok()
+        b.as_root().stat(At::Root, "/x").is_ok() && b.as_root().stat(At::Root, "/d").is_ok()
     })
     .unwrap();
-    assert_eq!(b.stat(At::Root, "/d/new"), Err(Errno::ENOENT));
+    assert_eq!(b.as_root().stat(At::Root, "/d/new"), Err(Errno::ENOENT));
 
     // B's only member goes away; the namespace changes and the history
     // B's watch would resume from is compacted away.
@@ -265,8 +275,8 @@ fn a_watch_behind_a_compaction_resynchronises() {
         perm: Some(0o600),
         ..Default::default()
     };
-    a.setattr(At::Root, "/x", &set, Ctx::ROOT).unwrap();
-    a.create(At::Root, "/d/new", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().setattr(At::Root, "/x", &set).unwrap();
+    a.as_root().create(At::Root, "/d/new", 0o644).unwrap();
     let ep = etcd.endpoint(0);
     common::rt().block_on(async {
         let mut c = etcd_client::Client::connect([ep], None).await.unwrap();
@@ -280,7 +290,10 @@ fn a_watch_behind_a_compaction_resynchronises() {
     });
     etcd.restart(1);
     let d = eventually(Duration::from_secs(20), || {
-        b.stat(At::Root, "/x").is_ok_and(|s| s.perm == 0o600) && b.stat(At::Root, "/d/new").is_ok()
+        b.as_root()
+            .stat(At::Root, "/x")
+            .is_ok_and(|s| s.perm == 0o600)
+            && b.as_root().stat(At::Root, "/d/new").is_ok()
     })
     .expect("B sees the changes made while its member was down");
     eventually(Duration::from_secs(10), || fb.is_current()).expect("watch current again");

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, etcd_available, eventually, Cluster};
-use dcache::{At, Ctx, Errno, RenameFlags, SetAttr};
+use dcache::{At, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
 
 const EXCHANGE: RenameFlags = RenameFlags {
@@ -16,20 +16,14 @@ const EXCHANGE: RenameFlags = RenameFlags {
 };
 
 fn write(v: &dcache::Vfs, path: &str, off: u64, data: &[u8]) -> Result<usize, Errno> {
-    let f = v.open(
-        At::Root,
-        path,
-        libc::O_CREAT | libc::O_WRONLY,
-        0o644,
-        Ctx::ROOT,
-    )?;
+    let f = v
+        .as_root()
+        .open(At::Root, path, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
     f.write(off, data)
 }
 
 fn read(v: &dcache::Vfs, path: &str, off: u64, len: usize) -> Vec<u8> {
-    let f = v
-        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
-        .unwrap();
+    let f = v.as_root().open(At::Root, path, libc::O_RDONLY, 0).unwrap();
     let mut buf = vec![0u8; len];
     let n = f.read(off, &mut buf).unwrap();
     buf.truncate(n);
@@ -46,56 +40,64 @@ fn posix_answers() {
     let (_fa, a) = client(&spec, Options::default());
 
     // RENAME_EXCHANGE of a file and a directory across directories.
-    a.mkdir(At::Root, "/p", 0o755, Ctx::ROOT).unwrap();
-    a.mkdir(At::Root, "/q", 0o755, Ctx::ROOT).unwrap();
-    a.create(At::Root, "/p/file", 0o644, Ctx::ROOT).unwrap();
-    a.mkdir(At::Root, "/q/dir", 0o755, Ctx::ROOT).unwrap();
-    a.mkdir(At::Root, "/q/dir/sub", 0o755, Ctx::ROOT).unwrap();
-    let file = a.stat(At::Root, "/p/file").unwrap().ino;
-    let dir = a.stat(At::Root, "/q/dir").unwrap().ino;
-    a.rename(At::Root, "/p/file", At::Root, "/q/dir", EXCHANGE)
+    a.as_root().mkdir(At::Root, "/p", 0o755).unwrap();
+    a.as_root().mkdir(At::Root, "/q", 0o755).unwrap();
+    a.as_root().create(At::Root, "/p/file", 0o644).unwrap();
+    a.as_root().mkdir(At::Root, "/q/dir", 0o755).unwrap();
+    a.as_root().mkdir(At::Root, "/q/dir/sub", 0o755).unwrap();
+    let file = a.as_root().stat(At::Root, "/p/file").unwrap().ino;
+    let dir = a.as_root().stat(At::Root, "/q/dir").unwrap().ino;
+    a.as_root()
+        .rename(At::Root, "/p/file", At::Root, "/q/dir", EXCHANGE)
         .unwrap();
     let (_fc, c) = client(&spec, Options::default());
     for v in [&a, &c] {
-        assert_eq!(v.stat(At::Root, "/p/file").unwrap().ino, dir);
-        assert_eq!(v.stat(At::Root, "/q/dir").unwrap().ino, file);
-        assert!(v.stat(At::Root, "/p/file/sub").is_ok());
-        assert_eq!(v.stat(At::Root, "/p").unwrap().nlink, 3);
-        assert_eq!(v.stat(At::Root, "/q").unwrap().nlink, 2);
+        assert_eq!(v.as_root().stat(At::Root, "/p/file").unwrap().ino, dir);
+        assert_eq!(v.as_root().stat(At::Root, "/q/dir").unwrap().ino, file);
+        assert!(v.as_root().stat(At::Root, "/p/file/sub").is_ok());
+        assert_eq!(v.as_root().stat(At::Root, "/p").unwrap().nlink, 3);
+        assert_eq!(v.as_root().stat(At::Root, "/q").unwrap().nlink, 2);
     }
     // Exchange with a missing name; noreplace onto an existing one.
     assert_eq!(
-        a.rename(At::Root, "/p/file", At::Root, "/q/none", EXCHANGE),
+        a.as_root()
+            .rename(At::Root, "/p/file", At::Root, "/q/none", EXCHANGE),
         Err(Errno::ENOENT)
     );
     let noreplace = RenameFlags {
         noreplace: true,
         exchange: false,
     };
-    a.create(At::Root, "/q/other", 0o644, Ctx::ROOT).unwrap();
+    a.as_root().create(At::Root, "/q/other", 0o644).unwrap();
     assert_eq!(
-        a.rename(At::Root, "/q/dir", At::Root, "/q/other", noreplace),
+        a.as_root()
+            .rename(At::Root, "/q/dir", At::Root, "/q/other", noreplace),
         Err(Errno::EEXIST)
     );
     // Replacing: a file over a file frees the old one; a directory over
     // a non-empty one is ENOTEMPTY, over an empty one fine.
-    a.rename(At::Root, "/q/dir", At::Root, "/q/other", RenameFlags::NONE)
+    a.as_root()
+        .rename(At::Root, "/q/dir", At::Root, "/q/other", RenameFlags::NONE)
         .unwrap();
-    assert_eq!(a.stat(At::Root, "/q/other").unwrap().ino, file);
-    a.mkdir(At::Root, "/q/empty", 0o755, Ctx::ROOT).unwrap();
+    assert_eq!(a.as_root().stat(At::Root, "/q/other").unwrap().ino, file);
+    a.as_root().mkdir(At::Root, "/q/empty", 0o755).unwrap();
     assert_eq!(
-        a.rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE),
+        a.as_root()
+            .rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE),
         Err(Errno::ENOTEMPTY)
     );
-    a.rmdir(At::Root, "/p/file/sub").unwrap();
-    a.rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE)
+    a.as_root().rmdir(At::Root, "/p/file/sub").unwrap();
+    a.as_root()
+        .rename(At::Root, "/q/empty", At::Root, "/p/file", RenameFlags::NONE)
         .unwrap();
     let (_fd, d) = client(&spec, Options::default());
-    assert_eq!(d.stat(At::Root, "/p").unwrap().nlink, 3);
-    assert_eq!(d.stat(At::Root, "/q").unwrap().nlink, 2);
-    assert_eq!(d.rmdir(At::Root, "/p"), Err(Errno::ENOTEMPTY));
+    assert_eq!(d.as_root().stat(At::Root, "/p").unwrap().nlink, 3);
+    assert_eq!(d.as_root().stat(At::Root, "/q").unwrap().nlink, 2);
+    assert_eq!(d.as_root().rmdir(At::Root, "/p"), Err(Errno::ENOTEMPTY));
     assert_eq!(
-        d.link(At::Root, "/p", At::Root, "/plink").unwrap_err(),
+        d.as_root()
+            .link(At::Root, "/p", At::Root, "/plink")
+            .unwrap_err(),
         Errno::EPERM
     );
 
@@ -103,16 +105,18 @@ fn posix_answers() {
     // down and up (the cut bytes read back as zeros).
     let chunk = dcache_etcd::codec::CHUNK;
     write(&a, "/data", chunk - 3, b"abcdef").unwrap();
-    assert_eq!(a.stat(At::Root, "/data").unwrap().size, chunk + 3);
+    assert_eq!(a.as_root().stat(At::Root, "/data").unwrap().size, chunk + 3);
     let r = read(&c, "/data", chunk - 5, 16);
     assert_eq!(r, b"\0\0abcdef".to_vec());
     let set = |size| SetAttr {
         size: Some(size),
         ..SetAttr::default()
     };
-    a.setattr(At::Root, "/data", &set(chunk - 1), Ctx::ROOT)
+    a.as_root()
+        .setattr(At::Root, "/data", &set(chunk - 1))
         .unwrap();
-    a.setattr(At::Root, "/data", &set(chunk + 10), Ctx::ROOT)
+    a.as_root()
+        .setattr(At::Root, "/data", &set(chunk + 10))
         .unwrap();
     let r = read(&c, "/data", chunk - 3, 16);
     assert_eq!(r, b"ab\0\0\0\0\0\0\0\0\0\0\0".to_vec());
@@ -138,39 +142,38 @@ fn posix_answers() {
         Err(Errno::EFBIG)
     );
     assert_eq!(
-        a.setattr(
-            At::Root,
-            "/big",
-            &set(dcache_etcd::codec::MAX_FILE + 1),
-            Ctx::ROOT
-        ),
+        a.as_root()
+            .setattr(At::Root, "/big", &set(dcache_etcd::codec::MAX_FILE + 1)),
         Err(Errno::EFBIG)
     );
 
     // readdir cookies: resuming after an entry skips exactly what was
     // returned, even with entries removed and added in between.
-    a.mkdir(At::Root, "/r", 0o755, Ctx::ROOT).unwrap();
+    a.as_root().mkdir(At::Root, "/r", 0o755).unwrap();
     for i in 0..10 {
-        a.create(At::Root, format!("/r/e{i}"), 0o644, Ctx::ROOT)
+        a.as_root()
+            .create(At::Root, format!("/r/e{i}"), 0o644)
             .unwrap();
     }
     let mut first = Vec::new();
     let mut cookie = 0;
-    a.readdir(At::Root, "/r", 0, &mut |e| {
-        cookie = e.offset;
-        first.push(e.name);
-        first.len() < 6
-    })
-    .unwrap();
-    a.unlink(At::Root, "/r/e0").unwrap();
-    a.unlink(At::Root, "/r/e9").unwrap();
-    a.create(At::Root, "/r/late", 0o644, Ctx::ROOT).unwrap();
+    a.as_root()
+        .readdir(At::Root, "/r", 0, &mut |e| {
+            cookie = e.offset;
+            first.push(e.name);
+            first.len() < 6
+        })
+        .unwrap();
+    a.as_root().unlink(At::Root, "/r/e0").unwrap();
+    a.as_root().unlink(At::Root, "/r/e9").unwrap();
+    a.as_root().create(At::Root, "/r/late", 0o644).unwrap();
     let mut rest = Vec::new();
-    a.readdir(At::Root, "/r", cookie, &mut |e| {
-        rest.push(String::from_utf8(e.name).unwrap());
-        true
-    })
-    .unwrap();
+    a.as_root()
+        .readdir(At::Root, "/r", cookie, &mut |e| {
+            rest.push(String::from_utf8(e.name).unwrap());
+            true
+        })
+        .unwrap();
     assert_eq!(first.len(), 6);
     assert_eq!(rest, vec!["e4", "e5", "e6", "e7", "e8", "late"]);
 
@@ -180,7 +183,8 @@ fn posix_answers() {
 
     // The other client agrees, once its cache catches up.
     eventually(Duration::from_secs(5), || {
-        c.stat(At::Root, "/r/late").is_ok() && c.stat(At::Root, "/r/e0").is_err()
+        c.as_root().stat(At::Root, "/r/late").is_ok()
+            && c.as_root().stat(At::Root, "/r/e0").is_err()
     })
     .unwrap();
 }

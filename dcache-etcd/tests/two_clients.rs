@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd_available, eventually, pct, Cluster};
-use dcache::{At, Ctx, Errno, FileType, RenameFlags, SetAttr};
+use dcache::{At, Errno, FileType, RenameFlags, SetAttr};
 use dcache_etcd::Options;
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -15,13 +15,11 @@ fn chmod(v: &dcache::Vfs, path: &str, perm: u16) {
         perm: Some(perm),
         ..SetAttr::default()
     };
-    v.setattr(At::Root, path, &set, Ctx::ROOT).unwrap();
+    v.as_root().setattr(At::Root, path, &set).unwrap();
 }
 
 fn read_all(v: &dcache::Vfs, path: &str) -> Vec<u8> {
-    let f = v
-        .open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)
-        .unwrap();
+    let f = v.as_root().open(At::Root, path, libc::O_RDONLY, 0).unwrap();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096];
     loop {
@@ -36,11 +34,12 @@ fn read_all(v: &dcache::Vfs, path: &str) -> Vec<u8> {
 
 fn names(v: &dcache::Vfs, path: &str) -> Vec<String> {
     let mut out = Vec::new();
-    v.readdir(At::Root, path, 0, &mut |e| {
-        out.push(String::from_utf8_lossy(&e.name).into_owned());
-        true
-    })
-    .unwrap();
+    v.as_root()
+        .readdir(At::Root, path, 0, &mut |e| {
+            out.push(String::from_utf8_lossy(&e.name).into_owned());
+            true
+        })
+        .unwrap();
     out.sort();
     out
 }
@@ -57,84 +56,95 @@ fn changes_on_one_client_are_seen_by_the_other() {
     assert!(fb.is_current(), "watch not current after connect");
 
     // create + write: B had the name cached as missing.
-    assert_eq!(b.stat(At::Root, "/f").unwrap_err(), Errno::ENOENT);
+    assert_eq!(b.as_root().stat(At::Root, "/f").unwrap_err(), Errno::ENOENT);
     let f = a
-        .open(
-            At::Root,
-            "/f",
-            libc::O_CREAT | libc::O_WRONLY,
-            0o644,
-            Ctx::ROOT,
-        )
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
         .unwrap();
     assert_eq!(f.write(0, b"hello etcd").unwrap(), 10);
     drop(f);
-    eventually(WAIT, || b.stat(At::Root, "/f").is_ok_and(|s| s.size == 10)).expect("create seen");
+    eventually(WAIT, || {
+        b.as_root().stat(At::Root, "/f").is_ok_and(|s| s.size == 10)
+    })
+    .expect("create seen");
     assert_eq!(read_all(&b, "/f"), b"hello etcd");
 
     // A write B had the size of cached.
-    let f = a
-        .open(At::Root, "/f", libc::O_WRONLY, 0, Ctx::ROOT)
-        .unwrap();
+    let f = a.as_root().open(At::Root, "/f", libc::O_WRONLY, 0).unwrap();
     f.write(10, b"!!").unwrap();
     drop(f);
-    eventually(WAIT, || b.stat(At::Root, "/f").is_ok_and(|s| s.size == 12)).expect("write seen");
+    eventually(WAIT, || {
+        b.as_root().stat(At::Root, "/f").is_ok_and(|s| s.size == 12)
+    })
+    .expect("write seen");
     assert_eq!(read_all(&b, "/f"), b"hello etcd!!");
 
     // rename
-    let ino = b.stat(At::Root, "/f").unwrap().ino;
-    a.rename(At::Root, "/f", At::Root, "/g", RenameFlags::NONE)
+    let ino = b.as_root().stat(At::Root, "/f").unwrap().ino;
+    a.as_root()
+        .rename(At::Root, "/f", At::Root, "/g", RenameFlags::NONE)
         .unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/f") == Err(Errno::ENOENT)
-            && b.stat(At::Root, "/g").is_ok_and(|s| s.ino == ino)
+        b.as_root().stat(At::Root, "/f") == Err(Errno::ENOENT)
+            && b.as_root().stat(At::Root, "/g").is_ok_and(|s| s.ino == ino)
     })
     .expect("rename seen");
 
     // chmod
     chmod(&a, "/g", 0o600);
-    eventually(WAIT, || b.stat(At::Root, "/g").unwrap().perm == 0o600).expect("chmod seen");
+    eventually(WAIT, || {
+        b.as_root().stat(At::Root, "/g").unwrap().perm == 0o600
+    })
+    .expect("chmod seen");
 
     // link
-    assert_eq!(b.stat(At::Root, "/h").unwrap_err(), Errno::ENOENT);
-    a.link(At::Root, "/g", At::Root, "/h").unwrap();
+    assert_eq!(b.as_root().stat(At::Root, "/h").unwrap_err(), Errno::ENOENT);
+    a.as_root().link(At::Root, "/g", At::Root, "/h").unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/h")
+        b.as_root()
+            .stat(At::Root, "/h")
             .is_ok_and(|s| s.ino == ino && s.nlink == 2)
-            && b.stat(At::Root, "/g").unwrap().nlink == 2
+            && b.as_root().stat(At::Root, "/g").unwrap().nlink == 2
     })
     .expect("link seen");
 
     // unlink
-    a.unlink(At::Root, "/g").unwrap();
+    a.as_root().unlink(At::Root, "/g").unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/g") == Err(Errno::ENOENT) && b.stat(At::Root, "/h").unwrap().nlink == 1
+        b.as_root().stat(At::Root, "/g") == Err(Errno::ENOENT)
+            && b.as_root().stat(At::Root, "/h").unwrap().nlink == 1
     })
     .expect("unlink seen");
 
     // mkdir, symlink, rmdir; readdir
-    assert_eq!(b.stat(At::Root, "/d").unwrap_err(), Errno::ENOENT);
-    a.mkdir(At::Root, "/d", 0o755, Ctx::ROOT).unwrap();
-    a.symlink("/h", At::Root, "/d/s", Ctx::ROOT).unwrap();
+    assert_eq!(b.as_root().stat(At::Root, "/d").unwrap_err(), Errno::ENOENT);
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    a.as_root().symlink("/h", At::Root, "/d/s").unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/d/s").is_ok_and(|s| s.ino == ino)
-            && b.lstat(At::Root, "/d/s").unwrap().kind == FileType::Symlink
+        b.as_root()
+            .stat(At::Root, "/d/s")
+            .is_ok_and(|s| s.ino == ino)
+            && b.as_root().lstat(At::Root, "/d/s").unwrap().kind == FileType::Symlink
     })
     .expect("mkdir + symlink seen");
-    assert_eq!(b.stat(At::Root, "/").unwrap().nlink, 3);
+    assert_eq!(b.as_root().stat(At::Root, "/").unwrap().nlink, 3);
     assert_eq!(names(&b, "/"), vec![".", "..", "d", "h"]);
     assert_eq!(names(&b, "/d"), vec![".", "..", "s"]);
-    a.unlink(At::Root, "/d/s").unwrap();
-    a.rmdir(At::Root, "/d").unwrap();
+    a.as_root().unlink(At::Root, "/d/s").unwrap();
+    a.as_root().rmdir(At::Root, "/d").unwrap();
     eventually(WAIT, || {
-        b.stat(At::Root, "/d") == Err(Errno::ENOENT) && b.stat(At::Root, "/").unwrap().nlink == 2
+        b.as_root().stat(At::Root, "/d") == Err(Errno::ENOENT)
+            && b.as_root().stat(At::Root, "/").unwrap().nlink == 2
     })
     .expect("rmdir seen");
 
     // Both directions: B's change is seen by A.
-    assert_eq!(a.stat(At::Root, "/h").unwrap().perm, 0o600);
+    assert_eq!(a.as_root().stat(At::Root, "/h").unwrap().perm, 0o600);
     chmod(&b, "/h", 0o640);
-    eventually(WAIT, || a.stat(At::Root, "/h").unwrap().perm == 0o640).expect("B -> A");
+    eventually(WAIT, || {
+        a.as_root().stat(At::Root, "/h").unwrap().perm == 0o640
+    })
+    .expect("B -> A");
 }
 
 #[test]
@@ -146,9 +156,9 @@ fn propagation_time_over_1000_changes() {
     let spec = etcd.spec("/t2");
     let (_fa, a) = client(&spec, Options::default());
     let (fb, b) = client(&spec, Options::default());
-    a.create(At::Root, "/p", 0o644, Ctx::ROOT).unwrap();
-    a.mkdir(At::Root, "/n", 0o755, Ctx::ROOT).unwrap();
-    eventually(WAIT, || b.stat(At::Root, "/p").is_ok()).unwrap();
+    a.as_root().create(At::Root, "/p", 0o644).unwrap();
+    a.as_root().mkdir(At::Root, "/n", 0o755).unwrap();
+    eventually(WAIT, || b.as_root().stat(At::Root, "/p").is_ok()).unwrap();
 
     let mut attr_lat = Vec::new();
     let mut name_lat = Vec::new();
@@ -157,23 +167,26 @@ fn propagation_time_over_1000_changes() {
         if i % 2 == 0 {
             // An attribute change B has cached.
             let perm = if i % 4 == 0 { 0o600 } else { 0o644 };
-            assert_ne!(b.stat(At::Root, "/p").unwrap().perm, perm);
+            assert_ne!(b.as_root().stat(At::Root, "/p").unwrap().perm, perm);
             let t = Instant::now();
             chmod(&a, "/p", perm);
             let done = Instant::now();
             op_lat.push(done - t);
-            eventually(WAIT, || b.stat(At::Root, "/p").unwrap().perm == perm)
-                .expect("chmod propagated");
+            eventually(WAIT, || {
+                b.as_root().stat(At::Root, "/p").unwrap().perm == perm
+            })
+            .expect("chmod propagated");
             attr_lat.push(done.elapsed());
         } else {
             // A name B has cached as missing.
             let path = format!("/n/x{i}");
-            assert_eq!(b.stat(At::Root, &path), Err(Errno::ENOENT));
+            assert_eq!(b.as_root().stat(At::Root, &path), Err(Errno::ENOENT));
             let t = Instant::now();
-            a.create(At::Root, &path, 0o644, Ctx::ROOT).unwrap();
+            a.as_root().create(At::Root, &path, 0o644).unwrap();
             let done = Instant::now();
             op_lat.push(done - t);
-            eventually(WAIT, || b.stat(At::Root, &path).is_ok()).expect("create propagated");
+            eventually(WAIT, || b.as_root().stat(At::Root, &path).is_ok())
+                .expect("create propagated");
             name_lat.push(done.elapsed());
         }
     }
@@ -199,7 +212,7 @@ fn propagation_time_over_1000_changes() {
     let n = 20_000;
     let t = Instant::now();
     for _ in 0..n {
-        b.stat(At::Root, "/p").unwrap();
+        b.as_root().stat(At::Root, "/p").unwrap();
     }
     let cached = t.elapsed() / n;
     let mut rt: Vec<Duration> = (0..200)
@@ -246,11 +259,11 @@ fn changes_by_others_are_reported_to_the_vfs() {
     let has = |s: &str| heard.lock().unwrap().iter().any(|x| x == s);
 
     // B caches the name as missing; A creates it.
-    assert_eq!(b.stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
-    a.mkdir(At::Root, "/x", 0o755, Ctx::ROOT).unwrap();
+    assert_eq!(b.as_root().stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
+    a.as_root().mkdir(At::Root, "/x", 0o755).unwrap();
     eventually(WAIT, || has(&format!("entry {root} x"))).expect("create reported");
     // Reported after B's cache applied it: the next stat finds it.
-    let x = b.stat(At::Root, "/x").unwrap();
+    let x = b.as_root().stat(At::Root, "/x").unwrap();
     assert!(
         has(&format!("inode {root}")),
         "the parent's record changed too"
@@ -261,24 +274,25 @@ fn changes_by_others_are_reported_to_the_vfs() {
     heard.lock().unwrap().clear();
     chmod(&a, "/x", 0o700);
     eventually(WAIT, || has(&format!("inode {}", x.ino))).expect("chmod reported");
-    assert_eq!(b.stat(At::Root, "/x").unwrap().perm, 0o700);
+    assert_eq!(b.as_root().stat(At::Root, "/x").unwrap().perm, 0o700);
 
     // rename: both names.
     heard.lock().unwrap().clear();
-    a.rename(At::Root, "/x", At::Root, "/y", RenameFlags::NONE)
+    a.as_root()
+        .rename(At::Root, "/x", At::Root, "/y", RenameFlags::NONE)
         .unwrap();
     eventually(WAIT, || {
         has(&format!("entry {root} x")) && has(&format!("entry {root} y"))
     })
     .expect("rename reported");
-    assert_eq!(b.stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
-    assert_eq!(b.stat(At::Root, "/y").unwrap().ino, x.ino);
+    assert_eq!(b.as_root().stat(At::Root, "/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(b.as_root().stat(At::Root, "/y").unwrap().ino, x.ino);
 
     // B's own change is not reported back to B.
     heard.lock().unwrap().clear();
-    b.mkdir(At::Root, "/mine", 0o755, Ctx::ROOT).unwrap();
+    b.as_root().mkdir(At::Root, "/mine", 0o755).unwrap();
     // A change by A after it: once that is heard, B's would have been too.
-    a.mkdir(At::Root, "/theirs", 0o755, Ctx::ROOT).unwrap();
+    a.as_root().mkdir(At::Root, "/theirs", 0o755).unwrap();
     eventually(WAIT, || has(&format!("entry {root} theirs"))).expect("A's mkdir reported");
     assert!(
         !has(&format!("entry {root} mine")),

@@ -192,7 +192,7 @@ impl FuseCore {
     /// permission.
     pub fn setattr(&self, cred: &Cred, id: NodeId, set: &SetAttr, via_fh: bool) -> Result<Attr> {
         let n = self.node(id)?;
-        Ok(self.shown(self.vfs.setattr_dentry_as(cred, &n, set, via_fh)?))
+        Ok(self.shown(self.vfs.as_cred(cred).setattr_dentry(&n, set, via_fh)?))
     }
 
     /// READLINK: the symlink's target.
@@ -258,7 +258,8 @@ impl FuseCore {
         let np = self.node(newparent)?;
         let d = self
             .vfs
-            .link_dentry_as(cred, &n, At::Dir(np.dentry()), newname)?;
+            .as_cred(cred)
+            .link_dentry(&n, At::Dir(np.dentry()), newname)?;
         self.entry(d, open_dir(&np))
     }
 
@@ -299,7 +300,7 @@ impl FuseCore {
     /// Open node `id`; returns the file handle.
     pub fn open(&self, cred: &Cred, id: NodeId, flags: i32) -> Result<Fh> {
         let n = self.node(id)?;
-        let f = self.vfs.open_dentry_as(cred, &n, flags)?;
+        let f = self.vfs.as_cred(cred).open_dentry(&n, flags)?;
         Ok(self.handles.insert(f))
     }
 
@@ -312,7 +313,8 @@ impl FuseCore {
         }
         let f = self
             .vfs
-            .open_dentry_as(cred, &n, flags & libc::O_ACCMODE | libc::O_DIRECTORY)?;
+            .as_cred(cred)
+            .open_dentry(&n, flags & libc::O_ACCMODE | libc::O_DIRECTORY)?;
         drop(f);
         Ok(())
     }
@@ -427,7 +429,11 @@ impl FuseCore {
                     add(a.ino, e.offset, &e.name, &a)
                 }
                 name => {
-                    let d = match self.vfs.lookup(At::Dir(dir.dentry()), name, false) {
+                    let d = match self
+                        .vfs
+                        .as_root()
+                        .lookup(At::Dir(dir.dentry()), name, false)
+                    {
                         Ok(d) => d,
                         // Removed since the listing: leave it out.
                         Err(Errno::ENOENT) => continue,

@@ -64,7 +64,11 @@ fn lookups_are_counted_and_pin_the_node_once() {
     for _ in 0..5 {
         lookup(&fs, d1, "f");
     }
-    let probe = fs.vfs().lookup(dcache::At::Root, "d/f", false).unwrap();
+    let probe = fs
+        .vfs()
+        .as_root()
+        .lookup(dcache::At::Root, "d/f", false)
+        .unwrap();
     assert_eq!(probe.count(), 2);
     drop(probe);
     // A missing name is a negative answer, with nothing handed out.
@@ -100,7 +104,11 @@ fn a_forgotten_node_is_pinned_again_by_its_next_lookup() {
     fs.forget(n(f), 1);
     assert_eq!(fs.stats().report().referenced, 0);
     // Still cached (nothing shrank it), but no longer the kernel's.
-    let probe = fs.vfs().lookup(dcache::At::Root, "f", false).unwrap();
+    let probe = fs
+        .vfs()
+        .as_root()
+        .lookup(dcache::At::Root, "f", false)
+        .unwrap();
     assert_eq!(probe.count(), 1, "only the probe holds it");
     assert_eq!(lookup(&fs, ROOT, "f"), f, "same inode, same node id");
     assert_eq!(probe.count(), 2, "the kernel's reference is back");

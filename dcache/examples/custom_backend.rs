@@ -7,7 +7,7 @@ mod static_fs;
 use std::sync::Arc;
 
 use dcache::oflags::{O_RDONLY, O_WRONLY};
-use dcache::{At, Ctx, Errno, FileType, Vfs};
+use dcache::{At, Errno, FileType, Vfs};
 use static_fs::StaticFs;
 
 fn main() -> dcache::Result<()> {
@@ -22,7 +22,7 @@ fn main() -> dcache::Result<()> {
     let vfs = Vfs::new(Arc::new(fs))?;
 
     // Walked once through the backend, then answered by the cache.
-    let st = vfs.stat(At::Root, "etc/motd")?;
+    let st = vfs.as_root().stat(At::Root, "etc/motd")?;
     println!(
         "etc/motd: inode {}, {} bytes, mode {:o}",
         st.ino,
@@ -30,22 +30,28 @@ fn main() -> dcache::Result<()> {
         st.mode()
     );
     let lookups = vfs.counters().backend_lookups();
-    vfs.stat(At::Root, "/etc/../etc/./motd")?;
+    vfs.as_root().stat(At::Root, "/etc/../etc/./motd")?;
     assert_eq!(vfs.counters().backend_lookups(), lookups);
 
-    let f = vfs.open(At::Root, "etc/motd", O_RDONLY, 0, Ctx::ROOT)?;
+    let f = vfs.as_root().open(At::Root, "etc/motd", O_RDONLY, 0)?;
     let mut buf = [0u8; 64];
     let n = f.read(0, &mut buf)?;
     print!("read: {}", String::from_utf8_lossy(&buf[..n]));
 
     // The POSIX answers come from the Vfs and the backend together.
-    assert_eq!(vfs.stat(At::Root, "etc/motd/x").err(), Some(Errno::ENOTDIR));
-    assert_eq!(vfs.stat(At::Root, "etc/nope").err(), Some(Errno::ENOENT));
-    let w = vfs.open(At::Root, "etc/motd", O_WRONLY, 0, Ctx::ROOT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "etc/motd/x").err(),
+        Some(Errno::ENOTDIR)
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "etc/nope").err(),
+        Some(Errno::ENOENT)
+    );
+    let w = vfs.as_root().open(At::Root, "etc/motd", O_WRONLY, 0);
     assert_eq!(w.err(), Some(Errno::EROFS));
 
     let mut names = Vec::new();
-    vfs.readdir(At::Root, "etc", 0, &mut |e| {
+    vfs.as_root().readdir(At::Root, "etc", 0, &mut |e| {
         names.push(String::from_utf8_lossy(&e.name).into_owned());
         true
     })?;

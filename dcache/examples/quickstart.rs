@@ -18,7 +18,7 @@ fn main() -> dcache::Result<()> {
         uid: Some(1000),
         ..SetAttr::default()
     };
-    vfs.setattr(At::Root, "home/alice", &close, dcache::Ctx::ROOT)?;
+    vfs.as_root().setattr(At::Root, "home/alice", &close)?;
 
     // Every call through `as_cred` is checked for that caller, in rcu-walk.
     let alice = Cred::user(1000, 1000, &[]);

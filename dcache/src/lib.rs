@@ -17,7 +17,7 @@
 //! fs.mkdir_p("etc", 0o755)?;
 //! fs.write_file("etc/hostname", b"box\n")?;
 //! let vfs = Vfs::new(fs)?;
-//! assert_eq!(vfs.stat(At::Root, "etc/hostname")?.size, 4);
+//! assert_eq!(vfs.as_root().stat(At::Root, "etc/hostname")?.size, 4);
 //! # Ok::<(), dcache::Errno>(())
 //! ```
 //!
@@ -71,7 +71,7 @@ pub mod sync;
 mod table;
 pub mod vfs;
 
-/// The `open` flags [`Vfs::open`] understands (Linux's values, so no
+/// The `open` flags [`AsCred::open`] understands (Linux's values, so no
 /// `libc` dependency is needed to call it).
 pub mod oflags {
     pub use libc::{

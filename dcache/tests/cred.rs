@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::{Ctx, SetAttr};
+use dcache::fs::SetAttr;
 use dcache::{At, Caps, Cred, Errno, Vfs};
 
 fn tree() -> Vfs {
@@ -20,7 +20,7 @@ fn tree() -> Vfs {
         perm: Some(0o700),
         ..SetAttr::default()
     };
-    vfs.setattr(At::Root, "closed", &set, Ctx::ROOT).unwrap();
+    vfs.as_root().setattr(At::Root, "closed", &set).unwrap();
     vfs
 }
 
@@ -42,7 +42,7 @@ fn search_permission_is_checked_on_every_directory() {
     // The directory itself may be stat'ed (its parent is searchable).
     assert_eq!(u.stat(At::Root, "closed").unwrap().perm, 0o700);
     // Root, and a caller with CAP_DAC_READ_SEARCH, pass.
-    assert!(vfs.stat(At::Root, "closed/inner/file").is_ok());
+    assert!(vfs.as_root().stat(At::Root, "closed/inner/file").is_ok());
     let rs = Cred::user(1000, 1000, &[]).with_caps(Caps::DAC_READ_SEARCH);
     assert!(vfs.as_cred(&rs).stat(At::Root, "closed/inner/file").is_ok());
     // Creating under it is refused too, and nothing leaks.
@@ -72,7 +72,7 @@ fn owners_create_and_remove_in_their_directories() {
         gid: Some(1000),
         ..SetAttr::default()
     };
-    vfs.setattr(At::Root, "open", &set, Ctx::ROOT).unwrap();
+    vfs.as_root().setattr(At::Root, "open", &set).unwrap();
     let user = Cred::user(1000, 1000, &[]);
     let u = vfs.as_cred(&user);
     let f = u.create(At::Root, "open/mine", 0o600).unwrap();
@@ -115,8 +115,8 @@ fn a_read_section_serves_many_calls_while_names_change() {
         std::thread::spawn(move || {
             let mut n = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = vfs.create(At::Root, "open/deep/tmp", 0o644, Ctx::ROOT);
-                let _ = vfs.unlink(At::Root, "open/deep/tmp");
+                let _ = vfs.as_root().create(At::Root, "open/deep/tmp", 0o644);
+                let _ = vfs.as_root().unlink(At::Root, "open/deep/tmp");
                 vfs.shrink(8);
                 n += 1;
             }
@@ -177,7 +177,8 @@ fn rename_loops_are_refused_before_permissions() {
     );
     // And root gets the same loop errors.
     assert_eq!(
-        vfs.rename(At::Root, "open", At::Root, "open/deep/x", none),
+        vfs.as_root()
+            .rename(At::Root, "open", At::Root, "open/deep/x", none),
         Err(Errno::EINVAL)
     );
 }

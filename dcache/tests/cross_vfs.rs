@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use dcache::fs::memfs::MemFs;
-use dcache::{oflags, At, Cred, Ctx, Errno, RenameFlags, SetAttr, Vfs};
+use dcache::{oflags, At, Cred, Errno, RenameFlags, SetAttr, Vfs};
 
 static ROOT: Cred = Cred::ROOT;
 
@@ -32,7 +32,7 @@ fn pair() -> Pair {
     fb.write_file("d/x/y/f", b"from B").unwrap();
     let a = Vfs::new(fa).unwrap();
     let b = Vfs::new(fb).unwrap();
-    a.symlink("d/f", At::Root, "l", Ctx::ROOT).unwrap();
+    a.as_root().symlink("d/f", At::Root, "l").unwrap();
     Pair { a, b }
 }
 
@@ -43,9 +43,9 @@ fn check(body: impl FnOnce(&Vfs, &Vfs)) {
     let (ca, cb) = (p.a.counters(), p.b.counters());
     body(&p.a, &p.b);
     // Both trees are untouched by the crossing.
-    assert_eq!(p.b.stat(At::Root, "d/x/y/f").unwrap().size, 6);
-    assert_eq!(p.a.stat(At::Root, "d/f").unwrap().size, 6);
-    assert_eq!(p.b.stat(At::Root, "d/f"), Err(Errno::ENOENT));
+    assert_eq!(p.b.as_root().stat(At::Root, "d/x/y/f").unwrap().size, 6);
+    assert_eq!(p.a.as_root().stat(At::Root, "d/f").unwrap().size, 6);
+    assert_eq!(p.b.as_root().stat(At::Root, "d/f"), Err(Errno::ENOENT));
     drop(p);
     for c in [ca, cb] {
         assert_eq!(c.dentries(), 0, "dentries left");
@@ -90,22 +90,25 @@ macro_rules! crossing {
 // --- an `At::Dir` of A given to B's path calls.
 
 crossing!(at_dir_stat, |a, b| {
-    let d = a.lookup(At::Root, "d", true).unwrap();
-    assert_eq!(b.stat(At::from(&d), "x/y/f"), Err(Errno::EXDEV));
-    assert_eq!(b.lstat(At::from(&d), "f"), Err(Errno::EXDEV));
-    assert_eq!(b.stat(At::from(&d), "."), Err(Errno::EXDEV));
-    assert_eq!(b.stat(At::from(&d), ".."), Err(Errno::EXDEV));
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
+    assert_eq!(b.as_root().stat(At::from(&d), "x/y/f"), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().lstat(At::from(&d), "f"), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().stat(At::from(&d), "."), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().stat(At::from(&d), ".."), Err(Errno::EXDEV));
 });
 
 crossing!(at_dir_lookup, |a, b| {
-    let d = a.lookup(At::Root, "d", true).unwrap();
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
     assert_eq!(
-        b.lookup(At::from(&d), "x/y/f", true).unwrap_err(),
+        b.as_root().lookup(At::from(&d), "x/y/f", true).unwrap_err(),
         Errno::EXDEV
     );
     // Twice: the first may have run rcu-walk, the second ref-walk after a
     // miss; neither may cache anything under A's dentry.
-    assert_eq!(b.lookup(At::from(&d), "x", true).unwrap_err(), Errno::EXDEV);
+    assert_eq!(
+        b.as_root().lookup(At::from(&d), "x", true).unwrap_err(),
+        Errno::EXDEV
+    );
     let c = b.as_cred(&ROOT);
     assert_eq!(
         c.access(At::from(&d), "x", libc::F_OK, 0),
@@ -114,27 +117,22 @@ crossing!(at_dir_lookup, |a, b| {
 });
 
 crossing!(at_dir_create, |a, b| {
-    let d = a.lookup(At::Root, "d", true).unwrap();
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
     let at = At::from(&d);
     assert_eq!(
-        b.create(at, "n", 0o644, Ctx::ROOT).unwrap_err(),
+        b.as_root().create(at, "n", 0o644).unwrap_err(),
         Errno::EXDEV
     );
-    assert_eq!(
-        b.mkdir(at, "n", 0o755, Ctx::ROOT).unwrap_err(),
-        Errno::EXDEV
-    );
-    assert_eq!(
-        b.symlink("t", at, "n", Ctx::ROOT).unwrap_err(),
-        Errno::EXDEV
-    );
+    assert_eq!(b.as_root().mkdir(at, "n", 0o755).unwrap_err(), Errno::EXDEV);
+    assert_eq!(b.as_root().symlink("t", at, "n").unwrap_err(), Errno::EXDEV);
     let flags = oflags::O_CREAT | oflags::O_RDWR;
     assert_eq!(
-        b.open(at, "n", flags, 0o644, Ctx::ROOT).unwrap_err(),
+        b.as_root().open(at, "n", flags, 0o644).unwrap_err(),
         Errno::EXDEV
     );
     assert_eq!(
-        b.open(at, "x/y/f", oflags::O_RDONLY, 0, Ctx::ROOT)
+        b.as_root()
+            .open(at, "x/y/f", oflags::O_RDONLY, 0)
             .unwrap_err(),
         Errno::EXDEV
     );
@@ -146,32 +144,37 @@ crossing!(at_dir_create, |a, b| {
 });
 
 crossing!(at_dir_remove_rename_link, |a, b| {
-    let d = a.lookup(At::Root, "d", true).unwrap();
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
     let at = At::from(&d);
-    assert_eq!(b.unlink(at, "f"), Err(Errno::EXDEV));
-    assert_eq!(b.rmdir(at, "x"), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().unlink(at, "f"), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().rmdir(at, "x"), Err(Errno::EXDEV));
     assert_eq!(
-        b.rename(at, "x", At::Root, "z", RenameFlags::NONE),
+        b.as_root()
+            .rename(at, "x", At::Root, "z", RenameFlags::NONE),
         Err(Errno::EXDEV)
     );
     assert_eq!(
-        b.rename(At::Root, "d", at, "z", RenameFlags::NONE),
+        b.as_root()
+            .rename(At::Root, "d", at, "z", RenameFlags::NONE),
         Err(Errno::EXDEV)
     );
-    assert_eq!(b.link(at, "f", At::Root, "z").unwrap_err(), Errno::EXDEV);
     assert_eq!(
-        b.link(At::Root, "d/x/y/f", at, "z").unwrap_err(),
+        b.as_root().link(at, "f", At::Root, "z").unwrap_err(),
         Errno::EXDEV
     );
-    assert_eq!(b.readlink(at, "f").unwrap_err(), Errno::EXDEV);
+    assert_eq!(
+        b.as_root().link(At::Root, "d/x/y/f", at, "z").unwrap_err(),
+        Errno::EXDEV
+    );
+    assert_eq!(b.as_root().readlink(at, "f").unwrap_err(), Errno::EXDEV);
     let set = SetAttr {
         perm: Some(0o700),
         ..SetAttr::default()
     };
-    assert_eq!(b.setattr(at, "f", &set, Ctx::ROOT), Err(Errno::EXDEV));
+    assert_eq!(b.as_root().setattr(at, "f", &set), Err(Errno::EXDEV));
     let mut n = 0;
     assert_eq!(
-        b.readdir(at, ".", 0, &mut |_| {
+        b.as_root().readdir(at, ".", 0, &mut |_| {
             n += 1;
             false
         }),
@@ -183,15 +186,17 @@ crossing!(at_dir_remove_rename_link, |a, b| {
 // --- a `DentryRef` of A given to B's dentry calls.
 
 crossing!(dentry_ref_calls, |a, b| {
-    let f = a.lookup(At::Root, "d/f", true).unwrap();
-    let d = a.lookup(At::Root, "d", true).unwrap();
-    let l = a.lookup(At::Root, "l", false).unwrap();
+    let f = a.as_root().lookup(At::Root, "d/f", true).unwrap();
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
+    let l = a.as_root().lookup(At::Root, "l", false).unwrap();
     assert_eq!(
-        b.open_dentry(&f, oflags::O_RDONLY).unwrap_err(),
+        b.as_root().open_dentry(&f, oflags::O_RDONLY).unwrap_err(),
         Errno::EXDEV
     );
     assert_eq!(
-        b.open_dentry_as(&ROOT, &f, oflags::O_RDONLY).unwrap_err(),
+        b.as_cred(&ROOT)
+            .open_dentry(&f, oflags::O_RDONLY)
+            .unwrap_err(),
         Errno::EXDEV
     );
     assert_eq!(b.getattr_dentry(&f).unwrap_err(), Errno::EXDEV);
@@ -199,14 +204,22 @@ crossing!(dentry_ref_calls, |a, b| {
         size: Some(0),
         ..SetAttr::default()
     };
-    assert_eq!(b.setattr_dentry(&f, &set, Ctx::ROOT), Err(Errno::EXDEV));
     assert_eq!(
-        b.setattr_dentry_as(&ROOT, &f, &set, false),
+        b.as_root().setattr_dentry(&f, &set, false),
         Err(Errno::EXDEV)
     );
-    assert_eq!(b.link_dentry(&f, At::Root, "z").unwrap_err(), Errno::EXDEV);
     assert_eq!(
-        b.link_dentry_as(&ROOT, &f, At::Root, b"z").unwrap_err(),
+        b.as_cred(&ROOT).setattr_dentry(&f, &set, false),
+        Err(Errno::EXDEV)
+    );
+    assert_eq!(
+        b.as_root().link_dentry(&f, At::Root, "z").unwrap_err(),
+        Errno::EXDEV
+    );
+    assert_eq!(
+        b.as_cred(&ROOT)
+            .link_dentry(&f, At::Root, b"z")
+            .unwrap_err(),
         Errno::EXDEV
     );
     assert_eq!(b.readlink_dentry(&l).unwrap_err(), Errno::EXDEV);
@@ -215,14 +228,14 @@ crossing!(dentry_ref_calls, |a, b| {
         Errno::EXDEV
     );
     // A's file is whole: nothing above truncated it through B.
-    assert_eq!(a.stat(At::Root, "d/f").unwrap().size, 6);
-    assert_eq!(b.stat(At::Root, "z"), Err(Errno::ENOENT));
+    assert_eq!(a.as_root().stat(At::Root, "d/f").unwrap().size, 6);
+    assert_eq!(b.as_root().stat(At::Root, "z"), Err(Errno::ENOENT));
 });
 
 // --- a read section of B walking from A's directory.
 
 crossing!(read_section_walk, |a, b| {
-    let d = a.lookup(At::Root, "d", true).unwrap();
+    let d = a.as_root().lookup(At::Root, "d", true).unwrap();
     let mut s = b.read_section();
     assert_eq!(s.stat(&ROOT, At::from(&d), "x/y/f"), Err(Errno::EXDEV));
     assert_eq!(
@@ -235,12 +248,12 @@ crossing!(read_section_walk, |a, b| {
 
 crossing!(invalidator_after_drop, |a, b| {
     let inv = b.invalidator();
-    let ino = a.stat(At::Root, "d").unwrap().ino;
+    let ino = a.as_root().stat(At::Root, "d").unwrap().ino;
     // A's numbers reported to B name B's own inodes or nothing: B drops
     // what it cached under that number, A is untouched.
     inv.inode(ino, None);
     inv.entry(ino, b"f");
-    assert_eq!(a.stat(At::Root, "d/f").unwrap().size, 6);
+    assert_eq!(a.as_root().stat(At::Root, "d/f").unwrap().size, 6);
     // A report after its cache is gone finds nothing (no use after free).
     let pa = pair();
     let late = pa.a.invalidator();

@@ -416,13 +416,13 @@ fn concurrent_dup_close_per_thread_tables<L: Layout>() {
 }
 both_layouts!(per_thread_t, concurrent_dup_close_per_thread_tables);
 
-/// `Vfs::open` returns the split file: clones are references to the one
+/// `AsCred::open` returns the split file: clones are references to the one
 /// open file, the backend's release comes once, at the last reference, and
 /// the file can live in a descriptor table like any other.
 #[test]
 fn vfs_open_file_is_the_split_file() {
     use dcache::fs::memfs::MemFs;
-    use dcache::{oflags, At, Config, Ctx, OpenFile, Vfs};
+    use dcache::{oflags, At, Config, OpenFile, Vfs};
 
     let fs = Arc::new(MemFs::new());
     // A small table: Miri runs this too.
@@ -433,7 +433,7 @@ fn vfs_open_file_is_the_split_file() {
     let vfs = Vfs::with_config(fs.clone(), config).unwrap();
     let flags = oflags::O_CREAT | oflags::O_RDWR;
     let backend_counts = Arc::strong_count(&fs);
-    let f: OpenFile<'_> = vfs.open(At::Root, "f", flags, 0o644, Ctx::ROOT).unwrap();
+    let f: OpenFile<'_> = vfs.as_root().open(At::Root, "f", flags, 0o644).unwrap();
     // f_op borrows the Vfs's backend: an open writes no count shared by
     // every file.
     assert_eq!(Arc::strong_count(&fs), backend_counts);
@@ -465,7 +465,8 @@ fn vfs_open_file_is_the_split_file() {
 
     // close reports the release of the last reference.
     let f = vfs
-        .open(At::Root, "f", oflags::O_RDONLY, 0, Ctx::ROOT)
+        .as_root()
+        .open(At::Root, "f", oflags::O_RDONLY, 0)
         .unwrap();
     assert_eq!(f.write(0, b"x"), Err(Errno::EBADF));
     f.close().unwrap();

@@ -30,23 +30,32 @@ fn balanced(vfs: Vfs) {
 #[test]
 fn a_removed_name_is_stale_until_reported() {
     let (fs, vfs, d) = setup();
-    assert!(vfs.stat(At::Root, "d/f").is_ok());
+    assert!(vfs.as_root().stat(At::Root, "d/f").is_ok());
     fs.unlink(d, b"f").unwrap();
     // Cached: the Vfs cannot know yet.
-    assert!(vfs.stat(At::Root, "d/f").is_ok());
+    assert!(vfs.as_root().stat(At::Root, "d/f").is_ok());
     vfs.invalidate_entry(d, b"f");
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "d/f").unwrap_err(),
+        Errno::ENOENT
+    );
     balanced(vfs);
 }
 
 #[test]
 fn a_negative_entry_goes_when_the_name_appears() {
     let (fs, vfs, d) = setup();
-    assert_eq!(vfs.stat(At::Root, "d/new").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "d/new").unwrap_err(),
+        Errno::ENOENT
+    );
     let a = fs.create(d, b"new", 0o600, Ctx::ROOT).unwrap();
-    assert_eq!(vfs.stat(At::Root, "d/new").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "d/new").unwrap_err(),
+        Errno::ENOENT
+    );
     vfs.invalidator().entry(d, b"new");
-    assert_eq!(vfs.stat(At::Root, "d/new").unwrap().ino, a.ino);
+    assert_eq!(vfs.as_root().stat(At::Root, "d/new").unwrap().ino, a.ino);
     balanced(vfs);
 }
 
@@ -54,27 +63,45 @@ fn a_negative_entry_goes_when_the_name_appears() {
 fn a_rename_underneath_moves_both_names() {
     let (fs, vfs, d) = setup();
     let root = fs.root();
-    let sub = vfs.stat(At::Root, "d/sub").unwrap();
-    assert_eq!(vfs.stat(At::Root, "moved").unwrap_err(), Errno::ENOENT);
+    let sub = vfs.as_root().stat(At::Root, "d/sub").unwrap();
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "moved").unwrap_err(),
+        Errno::ENOENT
+    );
     // A held reference to the directory, as a FUSE node or a cwd would be.
-    let held = vfs.lookup(At::Root, "d/sub", true).unwrap();
+    let held = vfs.as_root().lookup(At::Root, "d/sub", true).unwrap();
     fs.rename(d, b"sub", root, b"moved", RenameFlags::NONE)
         .unwrap();
     vfs.invalidate_entry(d, b"sub");
     vfs.invalidate_entry(root, b"moved");
-    assert_eq!(vfs.stat(At::Root, "d/sub").unwrap_err(), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "moved").unwrap().ino, sub.ino);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "d/sub").unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(vfs.as_root().stat(At::Root, "moved").unwrap().ino, sub.ino);
     // The old dentry and the new one are two aliases of one directory: a
     // report on it reaches names cached under either.
-    assert_eq!(vfs.stat(At::from(&held), "x").unwrap_err(), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "moved/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::from(&held), "x").unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "moved/x").unwrap_err(),
+        Errno::ENOENT
+    );
     fs.create(sub.ino, b"x", 0o644, Ctx::ROOT).unwrap();
     // Both misses are cached.
-    assert_eq!(vfs.stat(At::from(&held), "x").unwrap_err(), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "moved/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::from(&held), "x").unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "moved/x").unwrap_err(),
+        Errno::ENOENT
+    );
     vfs.invalidate_entry(sub.ino, b"x");
-    assert!(vfs.stat(At::from(&held), "x").is_ok());
-    assert!(vfs.stat(At::Root, "moved/x").is_ok());
+    assert!(vfs.as_root().stat(At::from(&held), "x").is_ok());
+    assert!(vfs.as_root().stat(At::Root, "moved/x").is_ok());
     drop(held);
     balanced(vfs);
 }
@@ -82,23 +109,23 @@ fn a_rename_underneath_moves_both_names() {
 #[test]
 fn attributes_changed_underneath_are_replaced() {
     let (fs, vfs, _) = setup();
-    let f = vfs.stat(At::Root, "d/f").unwrap();
+    let f = vfs.as_root().stat(At::Root, "d/f").unwrap();
     let set = SetAttr {
         perm: Some(0o600),
         ..SetAttr::default()
     };
     fs.setattr(f.ino, &set, Ctx::ROOT).unwrap();
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().perm, 0o644);
+    assert_eq!(vfs.as_root().stat(At::Root, "d/f").unwrap().perm, 0o644);
     // Without the attributes: the Vfs asks the backend.
     vfs.invalidate_inode(f.ino, None);
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().perm, 0o600);
+    assert_eq!(vfs.as_root().stat(At::Root, "d/f").unwrap().perm, 0o600);
     // With them: taken as given.
     let given = Attr {
         size: 99,
-        ..vfs.stat(At::Root, "d/f").unwrap()
+        ..vfs.as_root().stat(At::Root, "d/f").unwrap()
     };
     vfs.invalidate_inode(f.ino, Some(&given));
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().size, 99);
+    assert_eq!(vfs.as_root().stat(At::Root, "d/f").unwrap().size, 99);
     balanced(vfs);
 }
 
@@ -163,11 +190,14 @@ fn the_backend_is_attached_and_reports_after_the_vfs_is_gone_do_nothing() {
     fs.inner.write_file("f", b"x").unwrap();
     let root = fs.root();
     let vfs = Vfs::new(fs.clone()).unwrap();
-    assert!(vfs.stat(At::Root, "f").is_ok());
+    assert!(vfs.as_root().stat(At::Root, "f").is_ok());
     fs.inner.unlink(root, b"f").unwrap();
     let inval = fs.inval.get().expect("attach was called").clone();
     inval.entry(root, b"f");
-    assert_eq!(vfs.stat(At::Root, "f").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "f").unwrap_err(),
+        Errno::ENOENT
+    );
     balanced(vfs);
     inval.entry(root, b"f");
     inval.inode(root, None);
@@ -182,8 +212,10 @@ fn reports_race_lookups_without_leaking() {
             let vfs = vfs.clone();
             s.spawn(move || {
                 for i in 0..2000 {
-                    let _ = vfs.stat(At::Root, "d/f");
-                    let _ = vfs.stat(At::Root, if (i + t) % 2 == 0 { "d/sub" } else { "d/nope" });
+                    let _ = vfs.as_root().stat(At::Root, "d/f");
+                    let _ = vfs
+                        .as_root()
+                        .stat(At::Root, if (i + t) % 2 == 0 { "d/sub" } else { "d/nope" });
                 }
             });
         }
@@ -197,8 +229,11 @@ fn reports_race_lookups_without_leaking() {
         });
     });
     // The truth never changed, so every name still answers as it did.
-    assert!(vfs.stat(At::Root, "d/f").is_ok());
-    assert_eq!(vfs.stat(At::Root, "d/nope").unwrap_err(), Errno::ENOENT);
+    assert!(vfs.as_root().stat(At::Root, "d/f").is_ok());
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "d/nope").unwrap_err(),
+        Errno::ENOENT
+    );
     drop(fs);
     balanced(Arc::into_inner(vfs).unwrap());
 }

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::Ctx;
 use dcache::{At, Errno, StatMode, Vfs};
 
 mod oracle;
@@ -87,7 +86,7 @@ fn concurrent_namespace_stress() {
                         }
                         7 => {
                             // Hold a reference across later operations.
-                            if let Ok(d) = vfs.lookup(At::Root, &name, false) {
+                            if let Ok(d) = vfs.as_root().lookup(At::Root, &name, false) {
                                 held_refs.push(d);
                             }
                             if held_refs.len() > 4 {
@@ -97,11 +96,12 @@ fn concurrent_namespace_stress() {
                         _ => {
                             let dir = format!("d{}", rng.below(DIRS));
                             let mut n = 0;
-                            vfs.readdir(At::Root, &dir, 0, &mut |_| {
-                                n += 1;
-                                true
-                            })
-                            .unwrap();
+                            vfs.as_root()
+                                .readdir(At::Root, &dir, 0, &mut |_| {
+                                    n += 1;
+                                    true
+                                })
+                                .unwrap();
                             assert!(n >= 2);
                         }
                     }
@@ -123,11 +123,15 @@ fn concurrent_namespace_stress() {
                     );
                     let t0 = oracle.tick();
                     let res = match rng.below(3) {
-                        0 => vfs.stat(At::Root, &name).map(|a| a.ino),
+                        0 => vfs.as_root().stat(At::Root, &name).map(|a| a.ino),
                         1 => vfs
+                            .as_root()
                             .stat_with(At::Root, name.as_bytes(), true, StatMode::LockRef)
                             .map(|a| a.ino),
-                        _ => vfs.lookup(At::Root, &name, true).map(|d| d.ino().unwrap()),
+                        _ => vfs
+                            .as_root()
+                            .lookup(At::Root, &name, true)
+                            .map(|d| d.ino().unwrap()),
                     };
                     let t1 = oracle.tick();
                     check_lookup(oracle, &name, t0, t1, res);
@@ -147,7 +151,10 @@ fn concurrent_namespace_stress() {
     // pinned only by cached children.
     for d in 0..DIRS {
         // Our reference plus one per cached child: never less than 1.
-        let dir = vfs.lookup(At::Root, format!("d{d}"), true).unwrap();
+        let dir = vfs
+            .as_root()
+            .lookup(At::Root, format!("d{d}"), true)
+            .unwrap();
         assert!(dir.count() >= 1);
     }
     vfs.shrink(usize::MAX);
@@ -182,8 +189,8 @@ fn a_file_that_stays_is_never_missing_while_the_cache_shrinks() {
         let (vfs, stop) = (vfs.clone(), stop.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let _ = vfs.create(At::Root, "open/deep/tmp", 0o644, Ctx::ROOT);
-                let _ = vfs.unlink(At::Root, "open/deep/tmp");
+                let _ = vfs.as_root().create(At::Root, "open/deep/tmp", 0o644);
+                let _ = vfs.as_root().unlink(At::Root, "open/deep/tmp");
                 vfs.shrink(8);
             }
         })
@@ -192,7 +199,7 @@ fn a_file_that_stays_is_never_missing_while_the_cache_shrinks() {
     let (mut ok, mut bad) = (0u64, Vec::new());
     while start.elapsed() < Duration::from_secs(2) {
         for _ in 0..1000 {
-            match vfs.stat(At::Root, "open/deep/file") {
+            match vfs.as_root().stat(At::Root, "open/deep/file") {
                 Ok(_) => ok += 1,
                 Err(e) => bad.push(e),
             }

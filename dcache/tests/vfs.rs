@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dcache::fs::memfs::MemFs;
-use dcache::fs::{Attr, Ctx, FileSystem, FileType, Ino, RenameFlags};
+use dcache::fs::{Attr, FileSystem, FileType, Ino, RenameFlags};
 use dcache::{At, Config, Errno, StatMode, Vfs};
 
 fn tree() -> (Arc<MemFs>, Vfs) {
@@ -29,7 +29,7 @@ fn err<T: std::fmt::Debug>(r: dcache::Result<T>) -> Errno {
 #[test]
 fn stat_walks_and_caches() {
     let (fs, vfs) = tree();
-    let a = vfs.stat(At::Root, "a/b/c/file").unwrap();
+    let a = vfs.as_root().stat(At::Root, "a/b/c/file").unwrap();
     assert_eq!(a.kind, FileType::Regular);
     assert_eq!(a.size, 5);
     assert_eq!(a.ino, fs.resolve("a/b/c/file").unwrap());
@@ -37,7 +37,7 @@ fn stat_walks_and_caches() {
     let lookups = c.backend_lookups();
     let walks = c.ref_walks();
     for _ in 0..10 {
-        assert_eq!(vfs.stat(At::Root, "/a/b/c/file").unwrap(), a);
+        assert_eq!(vfs.as_root().stat(At::Root, "/a/b/c/file").unwrap(), a);
     }
     assert_eq!(
         c.backend_lookups(),
@@ -46,7 +46,8 @@ fn stat_walks_and_caches() {
     );
     assert_eq!(c.ref_walks(), walks, "cached paths resolve in rcu-walk");
     assert_eq!(
-        vfs.stat_with(At::Root, b"a/b/c/file", true, StatMode::LockRef)
+        vfs.as_root()
+            .stat_with(At::Root, b"a/b/c/file", true, StatMode::LockRef)
             .unwrap(),
         a
     );
@@ -56,12 +57,18 @@ fn stat_walks_and_caches() {
 fn negative_dentries_answer_repeated_misses() {
     let (_fs, vfs) = tree();
     let c = vfs.counters();
-    assert_eq!(err(vfs.stat(At::Root, "a/b/c/missing")), Errno::ENOENT);
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, "a/b/c/missing")),
+        Errno::ENOENT
+    );
     let lookups = c.backend_lookups();
     let walks = c.ref_walks();
     assert_eq!(c.negative(), 1);
     for _ in 0..10 {
-        assert_eq!(err(vfs.stat(At::Root, "a/b/c/missing")), Errno::ENOENT);
+        assert_eq!(
+            err(vfs.as_root().stat(At::Root, "a/b/c/missing")),
+            Errno::ENOENT
+        );
     }
     assert_eq!(c.backend_lookups(), lookups);
     assert_eq!(
@@ -70,58 +77,74 @@ fn negative_dentries_answer_repeated_misses() {
         "a cached miss is answered by rcu-walk"
     );
     // Creating the name turns the negative dentry positive; no stale miss.
-    vfs.create(At::Root, "a/b/c/missing", 0o644, Ctx::ROOT)
+    vfs.as_root()
+        .create(At::Root, "a/b/c/missing", 0o644)
         .unwrap();
     assert_eq!(c.negative(), 0);
     assert_eq!(
-        vfs.stat(At::Root, "a/b/c/missing").unwrap().kind,
+        vfs.as_root().stat(At::Root, "a/b/c/missing").unwrap().kind,
         FileType::Regular
     );
     // Missing in the middle of a path.
-    assert_eq!(err(vfs.stat(At::Root, "a/nope/c")), Errno::ENOENT);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "a/nope/c")), Errno::ENOENT);
 }
 
 #[test]
 fn dot_and_dotdot() {
     let (_fs, vfs) = tree();
-    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
-    assert_eq!(vfs.stat(At::Root, "a/./b/../b/c/./file").unwrap(), file);
-    assert_eq!(vfs.stat(At::Root, "../../../a/b/c/file").unwrap(), file);
+    let file = vfs.as_root().stat(At::Root, "a/b/c/file").unwrap();
     assert_eq!(
-        vfs.stat(At::Root, "/..").unwrap().ino,
-        vfs.stat(At::Root, "/").unwrap().ino
+        vfs.as_root().stat(At::Root, "a/./b/../b/c/./file").unwrap(),
+        file
     );
-    let root = vfs.stat(At::Root, ".").unwrap();
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "../../../a/b/c/file").unwrap(),
+        file
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "/..").unwrap().ino,
+        vfs.as_root().stat(At::Root, "/").unwrap().ino
+    );
+    let root = vfs.as_root().stat(At::Root, ".").unwrap();
     assert_eq!(root.kind, FileType::Directory);
     // `..` through a file is ENOTDIR.
-    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/..")), Errno::ENOTDIR);
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, "a/b/c/file/..")),
+        Errno::ENOTDIR
+    );
 }
 
 #[test]
 fn symlinks() {
     let (_fs, vfs) = tree();
-    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
-    assert_eq!(vfs.stat(At::Root, "a/rel").unwrap(), file);
+    let file = vfs.as_root().stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(vfs.as_root().stat(At::Root, "a/rel").unwrap(), file);
     // Twice: the second time the target is cached and rcu-walk follows it.
-    assert_eq!(vfs.stat(At::Root, "a/rel").unwrap(), file);
+    assert_eq!(vfs.as_root().stat(At::Root, "a/rel").unwrap(), file);
     assert_eq!(
-        vfs.lstat(At::Root, "a/rel").unwrap().kind,
+        vfs.as_root().lstat(At::Root, "a/rel").unwrap().kind,
         FileType::Symlink
     );
-    assert_eq!(vfs.stat(At::Root, "a/abs/c/file").unwrap(), file);
-    assert_eq!(vfs.stat(At::Root, "a/abs/c/file").unwrap(), file);
-    assert_eq!(err(vfs.stat(At::Root, "a/loop1")), Errno::ELOOP);
-    assert_eq!(err(vfs.stat(At::Root, "a/loop1")), Errno::ELOOP);
+    assert_eq!(vfs.as_root().stat(At::Root, "a/abs/c/file").unwrap(), file);
+    assert_eq!(vfs.as_root().stat(At::Root, "a/abs/c/file").unwrap(), file);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "a/loop1")), Errno::ELOOP);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "a/loop1")), Errno::ELOOP);
     assert_eq!(
-        vfs.lstat(At::Root, "a/loop1").unwrap().kind,
+        vfs.as_root().lstat(At::Root, "a/loop1").unwrap().kind,
         FileType::Symlink
     );
-    assert_eq!(err(vfs.stat(At::Root, "a/dangling")), Errno::ENOENT);
-    assert_eq!(vfs.readlink(At::Root, "a/rel").unwrap(), b"b/c/file");
-    assert_eq!(err(vfs.readlink(At::Root, "a/b")), Errno::EINVAL);
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, "a/dangling")),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        vfs.as_root().readlink(At::Root, "a/rel").unwrap(),
+        b"b/c/file"
+    );
+    assert_eq!(err(vfs.as_root().readlink(At::Root, "a/b")), Errno::EINVAL);
     // A trailing slash follows a final symlink to a directory.
     assert_eq!(
-        vfs.lstat(At::Root, "a/abs/").unwrap().kind,
+        vfs.as_root().lstat(At::Root, "a/abs/").unwrap().kind,
         FileType::Directory
     );
     // A chain of 40 links resolves; 41 is ELOOP.
@@ -133,39 +156,48 @@ fn symlinks() {
             .unwrap();
     }
     let v = Vfs::new(fs).unwrap();
-    assert!(v.stat(At::Root, "l39").is_ok());
-    assert_eq!(err(v.stat(At::Root, "l40")), Errno::ELOOP);
+    assert!(v.as_root().stat(At::Root, "l39").is_ok());
+    assert_eq!(err(v.as_root().stat(At::Root, "l40")), Errno::ELOOP);
 }
 
 #[test]
 fn bad_paths_give_posix_errnos() {
     let (_fs, vfs) = tree();
-    assert_eq!(err(vfs.stat(At::Root, "")), Errno::ENOENT);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "")), Errno::ENOENT);
     assert_eq!(
-        err(vfs.stat(At::Root, b"a/b\0/c".as_slice())),
+        err(vfs.as_root().stat(At::Root, b"a/b\0/c".as_slice())),
         Errno::EINVAL
     );
     let long = "x".repeat(256);
     assert_eq!(
-        err(vfs.stat(At::Root, format!("a/{long}"))),
+        err(vfs.as_root().stat(At::Root, format!("a/{long}"))),
         Errno::ENAMETOOLONG
     );
     let ok255 = "y".repeat(255);
-    assert_eq!(err(vfs.stat(At::Root, format!("a/{ok255}"))), Errno::ENOENT);
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, format!("a/{ok255}"))),
+        Errno::ENOENT
+    );
     let deep = "a/".repeat(2048);
-    assert_eq!(err(vfs.stat(At::Root, deep)), Errno::ENAMETOOLONG);
-    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/")), Errno::ENOTDIR);
-    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file/x")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.as_root().stat(At::Root, deep)), Errno::ENAMETOOLONG);
     assert_eq!(
-        vfs.stat(At::Root, "a/b/").unwrap().kind,
+        err(vfs.as_root().stat(At::Root, "a/b/c/file/")),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, "a/b/c/file/x")),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "a/b/").unwrap().kind,
         FileType::Directory
     );
     assert_eq!(
-        vfs.stat(At::Root, "a//b///c").unwrap().kind,
+        vfs.as_root().stat(At::Root, "a//b///c").unwrap().kind,
         FileType::Directory
     );
     assert_eq!(
-        err(vfs.create(At::Root, format!("a/{long}"), 0o644, Ctx::ROOT)),
+        err(vfs.as_root().create(At::Root, format!("a/{long}"), 0o644)),
         Errno::ENAMETOOLONG
     );
 }
@@ -173,92 +205,134 @@ fn bad_paths_give_posix_errnos() {
 #[test]
 fn at_relative_calls() {
     let (_fs, vfs) = tree();
-    let b = vfs.lookup(At::Root, "a/b", true).unwrap();
-    let file = vfs.stat(At::Root, "a/b/c/file").unwrap();
-    assert_eq!(vfs.stat(At::from(&b), "c/file").unwrap(), file);
-    assert_eq!(vfs.stat(At::from(&b), "../b/c/file").unwrap(), file);
-    assert_eq!(vfs.stat(At::from(&b), "/a/b/c/file").unwrap(), file);
-    vfs.mkdir(At::from(&b), "new", 0o700, Ctx::ROOT).unwrap();
-    assert_eq!(vfs.stat(At::Root, "a/b/new").unwrap().perm, 0o700);
+    let b = vfs.as_root().lookup(At::Root, "a/b", true).unwrap();
+    let file = vfs.as_root().stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(vfs.as_root().stat(At::from(&b), "c/file").unwrap(), file);
+    assert_eq!(
+        vfs.as_root().stat(At::from(&b), "../b/c/file").unwrap(),
+        file
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::from(&b), "/a/b/c/file").unwrap(),
+        file
+    );
+    vfs.as_root().mkdir(At::from(&b), "new", 0o700).unwrap();
+    assert_eq!(vfs.as_root().stat(At::Root, "a/b/new").unwrap().perm, 0o700);
 }
 
 #[test]
 fn namespace_operations() {
     let (_fs, vfs) = tree();
-    let ctx = Ctx::ROOT;
-    let d = vfs.mkdir(At::Root, "d", 0o755, ctx).unwrap();
+    let d = vfs.as_root().mkdir(At::Root, "d", 0o755).unwrap();
     assert_eq!(d.kind(), Some(FileType::Directory));
     drop(d);
-    assert_eq!(err(vfs.mkdir(At::Root, "d", 0o755, ctx)), Errno::EEXIST);
     assert_eq!(
-        err(vfs.mkdir(At::Root, "nodir/x", 0o755, ctx)),
+        err(vfs.as_root().mkdir(At::Root, "d", 0o755)),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        err(vfs.as_root().mkdir(At::Root, "nodir/x", 0o755)),
         Errno::ENOENT
     );
     assert_eq!(
-        err(vfs.mkdir(At::Root, "a/b/c/file/x", 0o755, ctx)),
+        err(vfs.as_root().mkdir(At::Root, "a/b/c/file/x", 0o755)),
         Errno::ENOTDIR
     );
-    vfs.create(At::Root, "d/f", 0o600, ctx).unwrap();
-    assert_eq!(err(vfs.create(At::Root, "d/f", 0o600, ctx)), Errno::EEXIST);
-    let root_nlink = vfs.stat(At::Root, "/").unwrap().nlink;
-    // Hard link: both names see nlink 2.
-    vfs.link(At::Root, "d/f", At::Root, "d/g").unwrap();
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().nlink, 2);
-    assert_eq!(vfs.stat(At::Root, "d/g").unwrap().nlink, 2);
-    assert_eq!(err(vfs.link(At::Root, "d", At::Root, "d2")), Errno::EPERM);
-    vfs.unlink(At::Root, "d/g").unwrap();
-    assert_eq!(vfs.stat(At::Root, "d/f").unwrap().nlink, 1);
-    assert_eq!(err(vfs.stat(At::Root, "d/g")), Errno::ENOENT);
-    assert_eq!(err(vfs.unlink(At::Root, "d")), Errno::EISDIR);
-    assert_eq!(err(vfs.unlink(At::Root, "d/f/")), Errno::ENOTDIR);
-    assert_eq!(err(vfs.rmdir(At::Root, "d/f")), Errno::ENOTDIR);
-    assert_eq!(err(vfs.rmdir(At::Root, "d")), Errno::ENOTEMPTY);
-    assert_eq!(err(vfs.rmdir(At::Root, "d/.")), Errno::EINVAL);
-    // Rename a file across directories, then a directory.
-    vfs.rename(At::Root, "d/f", At::Root, "a/f2", RenameFlags::NONE)
-        .unwrap();
-    assert_eq!(err(vfs.stat(At::Root, "d/f")), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "a/f2").unwrap().kind, FileType::Regular);
-    vfs.rename(At::Root, "a/b", At::Root, "d/bb", RenameFlags::NONE)
-        .unwrap();
-    assert_eq!(vfs.stat(At::Root, "d/bb/c/file").unwrap().size, 5);
-    assert_eq!(err(vfs.stat(At::Root, "a/b/c/file")), Errno::ENOENT);
+    vfs.as_root().create(At::Root, "d/f", 0o600).unwrap();
     assert_eq!(
-        err(vfs.rename(At::Root, "d", At::Root, "d/bb/inside", RenameFlags::NONE)),
+        err(vfs.as_root().create(At::Root, "d/f", 0o600)),
+        Errno::EEXIST
+    );
+    let root_nlink = vfs.as_root().stat(At::Root, "/").unwrap().nlink;
+    // Hard link: both names see nlink 2.
+    vfs.as_root()
+        .link(At::Root, "d/f", At::Root, "d/g")
+        .unwrap();
+    assert_eq!(vfs.as_root().stat(At::Root, "d/f").unwrap().nlink, 2);
+    assert_eq!(vfs.as_root().stat(At::Root, "d/g").unwrap().nlink, 2);
+    assert_eq!(
+        err(vfs.as_root().link(At::Root, "d", At::Root, "d2")),
+        Errno::EPERM
+    );
+    vfs.as_root().unlink(At::Root, "d/g").unwrap();
+    assert_eq!(vfs.as_root().stat(At::Root, "d/f").unwrap().nlink, 1);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "d/g")), Errno::ENOENT);
+    assert_eq!(err(vfs.as_root().unlink(At::Root, "d")), Errno::EISDIR);
+    assert_eq!(err(vfs.as_root().unlink(At::Root, "d/f/")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.as_root().rmdir(At::Root, "d/f")), Errno::ENOTDIR);
+    assert_eq!(err(vfs.as_root().rmdir(At::Root, "d")), Errno::ENOTEMPTY);
+    assert_eq!(err(vfs.as_root().rmdir(At::Root, "d/.")), Errno::EINVAL);
+    // Rename a file across directories, then a directory.
+    vfs.as_root()
+        .rename(At::Root, "d/f", At::Root, "a/f2", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(err(vfs.as_root().stat(At::Root, "d/f")), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "a/f2").unwrap().kind,
+        FileType::Regular
+    );
+    vfs.as_root()
+        .rename(At::Root, "a/b", At::Root, "d/bb", RenameFlags::NONE)
+        .unwrap();
+    assert_eq!(vfs.as_root().stat(At::Root, "d/bb/c/file").unwrap().size, 5);
+    assert_eq!(
+        err(vfs.as_root().stat(At::Root, "a/b/c/file")),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        err(vfs
+            .as_root()
+            .rename(At::Root, "d", At::Root, "d/bb/inside", RenameFlags::NONE)),
         Errno::EINVAL
     );
     // NOREPLACE and EXCHANGE.
-    vfs.create(At::Root, "x", 0o644, ctx).unwrap();
-    vfs.mkdir(At::Root, "y", 0o755, ctx).unwrap();
+    vfs.as_root().create(At::Root, "x", 0o644).unwrap();
+    vfs.as_root().mkdir(At::Root, "y", 0o755).unwrap();
     let noreplace = RenameFlags {
         noreplace: true,
         exchange: false,
     };
     assert_eq!(
-        err(vfs.rename(At::Root, "x", At::Root, "y", noreplace)),
+        err(vfs
+            .as_root()
+            .rename(At::Root, "x", At::Root, "y", noreplace)),
         Errno::EEXIST
     );
     let exchange = RenameFlags {
         noreplace: false,
         exchange: true,
     };
-    vfs.rename(At::Root, "x", At::Root, "y", exchange).unwrap();
-    assert_eq!(vfs.stat(At::Root, "x").unwrap().kind, FileType::Directory);
-    assert_eq!(vfs.stat(At::Root, "y").unwrap().kind, FileType::Regular);
+    vfs.as_root()
+        .rename(At::Root, "x", At::Root, "y", exchange)
+        .unwrap();
     assert_eq!(
-        err(vfs.rename(At::Root, "x", At::Root, "nothere", exchange)),
+        vfs.as_root().stat(At::Root, "x").unwrap().kind,
+        FileType::Directory
+    );
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "y").unwrap().kind,
+        FileType::Regular
+    );
+    assert_eq!(
+        err(vfs
+            .as_root()
+            .rename(At::Root, "x", At::Root, "nothere", exchange)),
         Errno::ENOENT
     );
     // Replace an existing file.
-    vfs.create(At::Root, "z", 0o644, ctx).unwrap();
-    vfs.rename(At::Root, "y", At::Root, "z", RenameFlags::NONE)
+    vfs.as_root().create(At::Root, "z", 0o644).unwrap();
+    vfs.as_root()
+        .rename(At::Root, "y", At::Root, "z", RenameFlags::NONE)
         .unwrap();
-    assert_eq!(err(vfs.stat(At::Root, "y")), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "z").unwrap().kind, FileType::Regular);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "y")), Errno::ENOENT);
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "z").unwrap().kind,
+        FileType::Regular
+    );
     // Directories: rmdir of an empty one, root nlink follows.
-    vfs.rmdir(At::Root, "x").unwrap();
-    assert_eq!(err(vfs.stat(At::Root, "x")), Errno::ENOENT);
-    assert_eq!(vfs.stat(At::Root, "/").unwrap().nlink, root_nlink);
+    vfs.as_root().rmdir(At::Root, "x").unwrap();
+    assert_eq!(err(vfs.as_root().stat(At::Root, "x")), Errno::ENOENT);
+    assert_eq!(vfs.as_root().stat(At::Root, "/").unwrap().nlink, root_nlink);
 }
 
 #[test]
@@ -266,71 +340,74 @@ fn long_names_survive_renames() {
     let (_fs, vfs) = tree();
     let l1 = "L".repeat(100);
     let l2 = "M".repeat(255);
-    vfs.create(At::Root, &l1, 0o644, Ctx::ROOT).unwrap();
-    assert!(vfs.stat(At::Root, &l1).is_ok());
-    vfs.rename(At::Root, &l1, At::Root, &l2, RenameFlags::NONE)
+    vfs.as_root().create(At::Root, &l1, 0o644).unwrap();
+    assert!(vfs.as_root().stat(At::Root, &l1).is_ok());
+    vfs.as_root()
+        .rename(At::Root, &l1, At::Root, &l2, RenameFlags::NONE)
         .unwrap();
-    assert!(vfs.stat(At::Root, &l2).is_ok());
-    assert_eq!(err(vfs.stat(At::Root, &l1)), Errno::ENOENT);
-    vfs.rename(At::Root, &l2, At::Root, "short", RenameFlags::NONE)
+    assert!(vfs.as_root().stat(At::Root, &l2).is_ok());
+    assert_eq!(err(vfs.as_root().stat(At::Root, &l1)), Errno::ENOENT);
+    vfs.as_root()
+        .rename(At::Root, &l2, At::Root, "short", RenameFlags::NONE)
         .unwrap();
-    assert!(vfs.stat(At::Root, "short").is_ok());
-    assert_eq!(err(vfs.stat(At::Root, &l2)), Errno::ENOENT);
-    let d = vfs.lookup(At::Root, "short", false).unwrap();
+    assert!(vfs.as_root().stat(At::Root, "short").is_ok());
+    assert_eq!(err(vfs.as_root().stat(At::Root, &l2)), Errno::ENOENT);
+    let d = vfs.as_root().lookup(At::Root, "short", false).unwrap();
     assert_eq!(d.name(), b"short");
 }
 
 #[test]
 fn open_read_write_readdir() {
     let (_fs, vfs) = tree();
-    let ctx = Ctx::ROOT;
     let f = vfs
-        .open(At::Root, "a/new", libc::O_CREAT | libc::O_RDWR, 0o644, ctx)
+        .as_root()
+        .open(At::Root, "a/new", libc::O_CREAT | libc::O_RDWR, 0o644)
         .unwrap();
     assert_eq!(f.write(0, b"data!").unwrap(), 5);
     let mut buf = [0u8; 16];
     assert_eq!(f.read(0, &mut buf).unwrap(), 5);
     assert_eq!(&buf[..5], b"data!");
     f.close().unwrap();
-    assert_eq!(vfs.stat(At::Root, "a/new").unwrap().size, 5);
+    assert_eq!(vfs.as_root().stat(At::Root, "a/new").unwrap().size, 5);
     assert_eq!(
-        err(vfs.open(
+        err(vfs.as_root().open(
             At::Root,
             "a/new",
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-            0o644,
-            ctx
+            0o644
         )),
         Errno::EEXIST
     );
     assert_eq!(
-        err(vfs.open(At::Root, "a/b", libc::O_WRONLY, 0, ctx)),
+        err(vfs.as_root().open(At::Root, "a/b", libc::O_WRONLY, 0)),
         Errno::EISDIR
     );
     assert_eq!(
-        err(vfs.open(At::Root, "a/new", libc::O_DIRECTORY, 0, ctx)),
+        err(vfs.as_root().open(At::Root, "a/new", libc::O_DIRECTORY, 0)),
         Errno::ENOTDIR
     );
     assert_eq!(
-        err(vfs.open(At::Root, "a/rel", libc::O_NOFOLLOW, 0, ctx)),
+        err(vfs.as_root().open(At::Root, "a/rel", libc::O_NOFOLLOW, 0)),
         Errno::ELOOP
     );
     let f = vfs
-        .open(At::Root, "a/new", libc::O_WRONLY | libc::O_TRUNC, 0, ctx)
+        .as_root()
+        .open(At::Root, "a/new", libc::O_WRONLY | libc::O_TRUNC, 0)
         .unwrap();
     drop(f);
-    assert_eq!(vfs.stat(At::Root, "a/new").unwrap().size, 0);
+    assert_eq!(vfs.as_root().stat(At::Root, "a/new").unwrap().size, 0);
     let mut names = Vec::new();
-    vfs.readdir(At::Root, "a", 0, &mut |e| {
-        names.push(String::from_utf8(e.name).unwrap());
-        true
-    })
-    .unwrap();
+    vfs.as_root()
+        .readdir(At::Root, "a", 0, &mut |e| {
+            names.push(String::from_utf8(e.name).unwrap());
+            true
+        })
+        .unwrap();
     for n in [".", "..", "b", "rel", "abs", "new"] {
         assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
     }
     assert_eq!(
-        err(vfs.readdir(At::Root, "a/rel", 0, &mut |_| true)),
+        err(vfs.as_root().readdir(At::Root, "a/rel", 0, &mut |_| true)),
         Errno::ENOTDIR
     );
 }
@@ -339,7 +416,7 @@ fn open_read_write_readdir() {
 fn references_balance_and_drop_frees_everything() {
     let (_fs, vfs) = tree();
     let c = vfs.counters();
-    let d = vfs.lookup(At::Root, "a/b/c/file", true).unwrap();
+    let d = vfs.as_root().lookup(At::Root, "a/b/c/file", true).unwrap();
     assert_eq!(d.count(), 1);
     let d2 = d.clone();
     assert_eq!(d.count(), 2);
@@ -347,15 +424,16 @@ fn references_balance_and_drop_frees_everything() {
     assert_eq!(d.count(), 1);
     drop(d);
     for p in ["a/b/c/file", "a/rel", "a/x/y", "a/loop1", "a/abs/c"] {
-        let _ = vfs.stat(At::Root, p);
-        let _ = vfs.lookup(At::Root, p, true);
+        let _ = vfs.as_root().stat(At::Root, p);
+        let _ = vfs.as_root().lookup(At::Root, p, true);
     }
-    vfs.create(At::Root, "a/t", 0o644, Ctx::ROOT).unwrap();
-    vfs.rename(At::Root, "a/t", At::Root, "a/u", RenameFlags::NONE)
+    vfs.as_root().create(At::Root, "a/t", 0o644).unwrap();
+    vfs.as_root()
+        .rename(At::Root, "a/t", At::Root, "a/u", RenameFlags::NONE)
         .unwrap();
-    vfs.unlink(At::Root, "a/u").unwrap();
+    vfs.as_root().unlink(At::Root, "a/u").unwrap();
     // The leaf has no users: count 0; its directory is pinned by children.
-    let leaf = vfs.lookup(At::Root, "a/b/c/file", true).unwrap();
+    let leaf = vfs.as_root().lookup(At::Root, "a/b/c/file", true).unwrap();
     assert_eq!(leaf.count(), 1);
     drop(leaf);
     assert!(c.dentries() > 5);
@@ -377,9 +455,12 @@ fn shrink_reclaims_negatives_first_and_bounds_them() {
     };
     let vfs = Vfs::with_config(fs, cfg).unwrap();
     let c = vfs.counters();
-    vfs.stat(At::Root, "d/keep").unwrap();
+    vfs.as_root().stat(At::Root, "d/keep").unwrap();
     for i in 0..500 {
-        assert_eq!(err(vfs.stat(At::Root, format!("d/miss{i}"))), Errno::ENOENT);
+        assert_eq!(
+            err(vfs.as_root().stat(At::Root, format!("d/miss{i}"))),
+            Errno::ENOENT
+        );
     }
     assert!(
         c.negative() <= 32 + 64,
@@ -393,10 +474,10 @@ fn shrink_reclaims_negatives_first_and_bounds_them() {
     assert_eq!(c.negative(), 0);
     // Still correct after shrinking.
     assert_eq!(
-        vfs.stat(At::Root, "d/keep").unwrap().kind,
+        vfs.as_root().stat(At::Root, "d/keep").unwrap().kind,
         FileType::Regular
     );
-    assert_eq!(err(vfs.stat(At::Root, "d/miss1")), Errno::ENOENT);
+    assert_eq!(err(vfs.as_root().stat(At::Root, "d/miss1")), Errno::ENOENT);
     drop(vfs);
     assert_eq!(c.dentries(), 0);
 }
@@ -436,12 +517,15 @@ fn backend_errors_mid_walk_keep_counts_balanced() {
     let vfs = Vfs::new(fs.clone()).unwrap();
     let c = vfs.counters();
     for _ in 0..3 {
-        assert_eq!(err(vfs.stat(At::Root, "a/bad/c")), Errno::EIO);
-        assert_eq!(err(vfs.lookup(At::Root, "a/bad/c", true)), Errno::EIO);
+        assert_eq!(err(vfs.as_root().stat(At::Root, "a/bad/c")), Errno::EIO);
+        assert_eq!(
+            err(vfs.as_root().lookup(At::Root, "a/bad/c", true)),
+            Errno::EIO
+        );
     }
     // Errors are not cached: each walk asked the backend again.
     assert_eq!(fs.hits.load(Ordering::Relaxed), 6);
-    let a = vfs.lookup(At::Root, "a", true).unwrap();
+    let a = vfs.as_root().lookup(At::Root, "a", true).unwrap();
     assert_eq!(a.count(), 1, "no reference leaked on the error path");
     drop(a);
     drop(vfs);
@@ -464,11 +548,11 @@ fn every_name_length_hits_in_rcu_walk() {
     for n in &names {
         let p = format!("d/{n}");
         let m = format!("d/{n}.missing");
-        vfs.stat(At::Root, &p).unwrap();
-        assert_eq!(err(vfs.stat(At::Root, &m)), Errno::ENOENT);
+        vfs.as_root().stat(At::Root, &p).unwrap();
+        assert_eq!(err(vfs.as_root().stat(At::Root, &m)), Errno::ENOENT);
         let walks = c.ref_walks();
-        vfs.stat(At::Root, &p).unwrap();
-        assert_eq!(err(vfs.stat(At::Root, &m)), Errno::ENOENT);
+        vfs.as_root().stat(At::Root, &p).unwrap();
+        assert_eq!(err(vfs.as_root().stat(At::Root, &m)), Errno::ENOENT);
         assert_eq!(c.ref_walks(), walks, "name of {} bytes fell back", n.len());
     }
 }
@@ -480,10 +564,14 @@ fn a_directory_replaced_with_names_cached_under_it_is_freed_at_drop() {
     fs.mkdir_p("b", 0o755).unwrap();
     let vfs = Vfs::new(fs).unwrap();
     // A cached miss under b pins b's dentry...
-    assert_eq!(vfs.stat(At::Root, "b/nope").unwrap_err(), Errno::ENOENT);
-    let held = vfs.lookup(At::Root, "b", true).unwrap();
+    assert_eq!(
+        vfs.as_root().stat(At::Root, "b/nope").unwrap_err(),
+        Errno::ENOENT
+    );
+    let held = vfs.as_root().lookup(At::Root, "b", true).unwrap();
     // ...which a rename over it unhashes while it is held.
-    vfs.rename(At::Root, "a", At::Root, "b", RenameFlags::NONE)
+    vfs.as_root()
+        .rename(At::Root, "a", At::Root, "b", RenameFlags::NONE)
         .unwrap();
     drop(held);
     let c = vfs.counters();

@@ -13,7 +13,6 @@ use crate::report::RunResult;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
 use dcache::vfs::At;
-use dcache::Ctx;
 
 pub struct CreateWorkload;
 
@@ -44,7 +43,8 @@ impl Workload for CreateWorkload {
             .collect::<Result<Vec<_>, _>>()?;
         clients[0]
             .vfs
-            .mkdir(At::Root, "d", 0o755, Ctx::ROOT)
+            .as_root()
+            .mkdir(At::Root, "d", 0o755)
             .map_err(|e| format!("mkdir d: {e}"))?;
         Ok(Box::new(CreateCase {
             clients,
@@ -72,7 +72,8 @@ impl Case for CreateCase {
         w.run(|| {
             let k = self.next.fetch_add(1, Ordering::Relaxed);
             if vfs
-                .create(At::Root, format!("d/t{i}-{k}"), 0o644, Ctx::ROOT)
+                .as_root()
+                .create(At::Root, format!("d/t{i}-{k}"), 0o644)
                 .is_err()
             {
                 self.failed.fetch_add(1, Ordering::Relaxed);

@@ -28,7 +28,7 @@ use crate::workload::{Case, CaseSpec, Driver, Workload};
 use dcache::cache_aligned::CacheAligned;
 use dcache::errno::{Errno, Result};
 use dcache::fs::kernfs::{KernFs, ROOT_INO};
-use dcache::fs::{Ctx, Ino};
+use dcache::fs::Ino;
 use dcache::sync::{AtomicU64, Ordering};
 use dcache::vfs::{At, Vfs};
 
@@ -193,7 +193,7 @@ struct KernfsCase {
 /// Fox Chen's loop body: open, read the attribute, close.
 #[inline(always)]
 fn open_read_close(vfs: &Vfs, path: &[u8], buf: &mut [u8]) -> Result<usize> {
-    let f = vfs.open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT)?;
+    let f = vfs.as_root().open(At::Root, path, libc::O_RDONLY, 0)?;
     let n = f.read(0, buf)?;
     f.close()?;
     Ok(n)
@@ -202,7 +202,7 @@ fn open_read_close(vfs: &Vfs, path: &[u8], buf: &mut [u8]) -> Result<usize> {
 /// An open of the missing path: ENOENT is the success.
 #[inline(always)]
 fn open_missing(vfs: &Vfs, path: &[u8]) -> Result<()> {
-    match vfs.open(At::Root, path, libc::O_RDONLY, 0, Ctx::ROOT) {
+    match vfs.as_root().open(At::Root, path, libc::O_RDONLY, 0) {
         Err(Errno::ENOENT) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Err(Errno::EEXIST),

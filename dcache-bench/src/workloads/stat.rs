@@ -179,7 +179,7 @@ impl Workload for StatWorkload {
                 .map_err(|e| format!("vfs: {e}"))?;
                 // Warm the cache: every path resolves (or misses) once.
                 for p in &paths {
-                    let _ = vfs.stat(At::Root, p);
+                    let _ = vfs.as_root().stat(At::Root, p);
                 }
                 Ok(Box::new(LibCase {
                     vfs,
@@ -200,19 +200,20 @@ impl Workload for StatWorkload {
                 }
                 let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
                 let c = crate::etcd::client(&server.fresh_spec())?;
-                let ctx = dcache::Ctx::ROOT;
                 for d in ["a", "a/b", "a/b/c"] {
                     c.vfs
-                        .mkdir(At::Root, d, 0o755, ctx)
+                        .as_root()
+                        .mkdir(At::Root, d, 0o755)
                         .map_err(|e| format!("mkdir {d}: {e}"))?;
                 }
                 for f in Self::files(spec.threads) {
                     c.vfs
-                        .create(At::Root, &f, 0o644, ctx)
+                        .as_root()
+                        .create(At::Root, &f, 0o644)
                         .map_err(|e| format!("create {f}: {e}"))?;
                 }
                 for p in &paths {
-                    let _ = c.vfs.stat(At::Root, p);
+                    let _ = c.vfs.as_root().stat(At::Root, p);
                 }
                 Ok(Box::new(EtcdCase {
                     lib: LibCase {

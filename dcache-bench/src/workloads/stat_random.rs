@@ -312,7 +312,8 @@ impl LibCase {
         )
         .map_err(|e| format!("vfs: {e}"))?;
         for i in 0..paths.len() {
-            vfs.stat(At::Root, paths.name(i))
+            vfs.as_root()
+                .stat(At::Root, paths.name(i))
                 .map_err(|e| format!("warm-up stat {}: {e}", paths.str(i)))?;
         }
         let cached = vfs.counters().dentries();
@@ -338,6 +339,7 @@ impl LibCase {
     #[inline(always)]
     fn once(&self, i: usize) -> Result<(), Errno> {
         self.vfs
+            .as_root()
             .stat_with(At::Root, self.paths.name(i), true, StatMode::RefFree)
             .map(|_| ())
     }

@@ -229,7 +229,7 @@ const _: () = {
     assert!(last_line(offset_of!(S, f_inode), size_of::<Ino>()) == 1);
     assert!(last_line(offset_of!(S, fh), 8) == 1);
 
-    // The open file the Vfs makes (`Vfs::open`'s `OpenFile`, whose path is
+    // The open file the Vfs makes (`AsCred::open`'s `OpenFile`, whose path is
     // a dentry reference) takes two lines: line 0 the hot part, line 1
     // everything read-mostly, its path included.
     type O = SplitFile<crate::vfs::DentryRef<'static>>;

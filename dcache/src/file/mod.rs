@@ -8,7 +8,7 @@
 //! backend's `release` and drops the path payload. [`FdTable`] maps
 //! descriptors to files.
 //!
-//! This is the one open-file type: [`Vfs::open`](crate::Vfs::open)'s
+//! This is the one open-file type: [`AsCred::open`](crate::AsCred::open)'s
 //! [`OpenFile`](crate::OpenFile) is a `FileRef<DentryRef, Split>`, and the
 //! FUSE frontend's file handles are its address. [`Packed`] is kept only as
 //! the benchmark's comparison.

@@ -6,12 +6,15 @@
 //! ownership rules. New files belong to the credential's fsuid and fsgid
 //! (the backend applies setgid directories).
 //!
-//! A server that acts for many callers makes one handle per request (it is
-//! two references); a tool that acts for itself uses
-//! `vfs.as_cred(&Cred::current())`. The `Vfs`'s own methods act as
-//! [`Cred::ROOT`].
+//! This handle is the namespace API: every path and dentry operation is a
+//! method here, once. A server that acts for many callers makes one handle
+//! per request (it is two references); a tool that acts for itself uses
+//! `vfs.as_cred(&Cred::current())`; [`Vfs::as_root`] acts as
+//! [`Cred::ROOT`] (every capability; new files owned by 0:0; to create
+//! files owned by someone else with root's rights, use
+//! `Cred::user(uid, gid, &[]).with_caps(Caps::ALL)`).
 
-use super::{At, DentryRef, OpenFile, StatMode, Vfs};
+use super::{root_cred, At, DentryRef, OpenFile, StatMode, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr};
@@ -37,20 +40,46 @@ impl Vfs {
     /// use dcache::{At, Cred, Errno, Vfs};
     ///
     /// let vfs = Vfs::new(Arc::new(MemFs::with_root(0o755, 0, 0)))?;
-    /// vfs.as_cred(&Cred::ROOT).mkdir(At::Root, "home", 0o755)?;
+    /// vfs.as_root().mkdir(At::Root, "home", 0o755)?;
     ///
     /// // A user cannot create in root's directory...
     /// let bob = Cred::user(1001, 1001, &[]);
     /// let as_bob = vfs.as_cred(&bob);
     /// assert_eq!(as_bob.mkdir(At::Root, "home/bob", 0o755).unwrap_err(), Errno::EACCES);
     /// // ...until root makes one of his own.
-    /// let home = vfs.mkdir(At::Root, "home/bob", 0o755, dcache::Ctx { uid: 1001, gid: 1001 })?;
+    /// let root_for_bob = Cred::user(1001, 1001, &[]).with_caps(dcache::Caps::ALL);
+    /// let home = vfs.as_cred(&root_for_bob).mkdir(At::Root, "home/bob", 0o755)?;
     /// let f = as_bob.create(At::from(&home), "notes", 0o600)?;
     /// assert_eq!(f.attr().unwrap().uid, 1001);
     /// # Ok::<(), Errno>(())
     /// ```
+    #[inline(always)]
     pub fn as_cred<'c>(&self, cred: &'c Cred) -> AsCred<'_, 'c> {
         AsCred { vfs: self, cred }
+    }
+
+    /// This `Vfs` on behalf of the superuser ([`Cred::ROOT`]: every
+    /// capability, so only the checks no capability overrides apply; new
+    /// files are owned by 0:0).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
+    /// let root = vfs.as_root();
+    /// root.mkdir(At::Root, "etc", 0o755)?;
+    /// root.create(At::Root, "etc/hostname", 0o644)?;
+    /// assert_eq!(root.stat(At::Root, "etc/hostname")?.uid, 0);
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
+    #[inline(always)]
+    pub fn as_root(&self) -> AsCred<'_, 'static> {
+        AsCred {
+            vfs: self,
+            cred: root_cred(),
+        }
     }
 }
 
@@ -146,7 +175,32 @@ impl<'v> AsCred<'v, '_> {
         generic_permission(cred, i.perm(), mask as u32)
     }
 
-    /// `openat(2)`; see [`Vfs::open`].
+    /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
+    /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
+    /// `perm` is the mode of a file `O_CREAT` makes (owned by the caller).
+    /// Search permission on the way, write and search on the directory to
+    /// create a name, read/write permission on an existing file by access
+    /// mode and O_TRUNC (a file this call created is opened without a
+    /// check, as Linux does).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{oflags, At, Errno, Vfs};
+    ///
+    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
+    /// let root = vfs.as_root();
+    /// let f = root.open(At::Root, "log", oflags::O_CREAT | oflags::O_RDWR, 0o644)?;
+    /// assert_eq!(f.write(0, b"hello")?, 5);
+    /// let mut buf = [0; 16];
+    /// assert_eq!(f.read(0, &mut buf)?, 5);
+    /// assert_eq!(&buf[..5], b"hello");
+    /// f.close()?;
+    ///
+    /// let flags = oflags::O_CREAT | oflags::O_EXCL | oflags::O_WRONLY;
+    /// assert_eq!(root.open(At::Root, "log", flags, 0o644).unwrap_err(), Errno::EEXIST);
+    /// # Ok::<(), Errno>(())
+    /// ```
     pub fn open(
         &self,
         at: At<'_>,
@@ -158,21 +212,20 @@ impl<'v> AsCred<'v, '_> {
             .open_as(self.cred, at, path.as_ref(), flags, perm, self.ctx())
     }
 
-    /// Create a regular file owned by the caller; see [`Vfs::create`].
-    /// Needs write and search permission on the parent directory.
+    /// Create a regular file owned by the caller; EEXIST if the name
+    /// exists. Needs write and search permission on the parent directory.
     pub fn create(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
         self.vfs
             .create_as(self.cred, at, path.as_ref(), perm, self.ctx())
     }
 
-    /// `mkdirat(2)`: a directory owned by the caller; see [`Vfs::mkdir`].
+    /// `mkdirat(2)`: a directory owned by the caller.
     pub fn mkdir(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {
         self.vfs
             .mkdir_as(self.cred, at, path.as_ref(), perm, self.ctx())
     }
 
-    /// `mknodat(2)`: a special file owned by the caller; see
-    /// [`Vfs::mknod`].
+    /// `mknodat(2)`: a special file (or a regular one) owned by the caller.
     pub fn mknod(
         &self,
         at: At<'_>,
@@ -202,8 +255,9 @@ impl<'v> AsCred<'v, '_> {
         self.vfs.readlink_as(self.cred, at, path.as_ref())
     }
 
-    /// `linkat(2)`: `new_path` becomes another name for `old_path`; see
-    /// [`Vfs::link`].
+    /// `linkat(2)`: `new_path` becomes another name for `old_path` (a final
+    /// symlink in `old_path` is not followed, as without
+    /// `AT_SYMLINK_FOLLOW`).
     pub fn link(
         &self,
         old_at: At<'_>,
@@ -231,7 +285,8 @@ impl<'v> AsCred<'v, '_> {
         self.vfs.remove_common(self.cred, at, path.as_ref(), true)
     }
 
-    /// `renameat2(2)`: move `old_path` to `new_path`; see [`Vfs::rename`].
+    /// `renameat2(2)`: move `old_path` to `new_path` (`RENAME_NOREPLACE`
+    /// and `RENAME_EXCHANGE` in `flags`).
     pub fn rename(
         &self,
         old_at: At<'_>,
@@ -251,7 +306,7 @@ impl<'v> AsCred<'v, '_> {
     }
 
     /// chmod, chown, truncate, utimens by path (see
-    /// [`Vfs::setattr_dentry_as`] for the rules).
+    /// [`AsCred::setattr_dentry`] for the rules).
     pub fn setattr(&self, at: At<'_>, path: impl AsRef<[u8]>, set: &SetAttr) -> Result<Attr> {
         self.vfs.setattr_as(self.cred, at, path.as_ref(), set)
     }
@@ -266,5 +321,48 @@ impl<'v> AsCred<'v, '_> {
     ) -> Result<()> {
         self.vfs
             .readdir_as(self.cred, at, path.as_ref(), offset, emit)
+    }
+
+    /// Open a dentry the caller holds (Linux's `may_open`: the type checks,
+    /// then read/write permission; `O_TRUNC` truncates). EXDEV for another
+    /// `Vfs`'s dentry.
+    pub fn open_dentry(&self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
+        self.vfs.open_dentry_as(self.cred, d, flags)
+    }
+
+    /// Make `new_path` another name for the inode of `old`, a dentry the
+    /// caller holds (FUSE LINK names the inode, not a path; `old` may have
+    /// been renamed or unlinked since, as with `linkat(fd, "",
+    /// AT_EMPTY_PATH)`: the backend refuses an inode with no links left).
+    /// With Linux's `fs.protected_hardlinks`: only the owner, CAP_FOWNER,
+    /// or a caller who may read and write a regular file that is not
+    /// set-user-ID (nor set-group-ID and group-executable) may link to it
+    /// (EPERM).
+    pub fn link_dentry(
+        &self,
+        old: &DentryRef<'_>,
+        new_at: At<'_>,
+        new_path: impl AsRef<[u8]>,
+    ) -> Result<DentryRef<'v>> {
+        self.vfs
+            .link_dentry_as(self.cred, old, new_at, new_path.as_ref())
+    }
+
+    /// Change the attributes of a dentry the caller holds, with
+    /// `setattr_prepare`'s rules: a size change needs write permission
+    /// (EACCES) unless made through a descriptor open for writing
+    /// (`via_writable_fd`); chown needs CAP_CHOWN, chgrp ownership and
+    /// membership of the new group or CAP_CHOWN (EPERM); chmod ownership or
+    /// CAP_FOWNER (EPERM), and S_ISGID is dropped for a caller outside the
+    /// file's group without CAP_FSETID; explicit times need ownership
+    /// (EPERM), times set to now ownership or write permission (EACCES).
+    pub fn setattr_dentry(
+        &self,
+        d: &DentryRef<'_>,
+        set: &SetAttr,
+        via_writable_fd: bool,
+    ) -> Result<Attr> {
+        self.vfs
+            .setattr_dentry_as(self.cred, d, set, via_writable_fd)
     }
 }

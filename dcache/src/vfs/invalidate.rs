@@ -213,7 +213,7 @@ impl Vfs {
     /// ```
     /// use std::sync::{Arc, Mutex};
     /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Ctx, Invalidation, Vfs};
+    /// use dcache::{At, Invalidation, Vfs};
     ///
     /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
     /// let seen = Arc::new(Mutex::new(Vec::new()));
@@ -224,8 +224,8 @@ impl Vfs {
     ///     }
     /// });
     /// let root = vfs.root().ino().unwrap();
-    /// vfs.mkdir(At::Root, "d", 0o755, Ctx::ROOT)?;
-    /// assert!(vfs.stat(At::Root, "d").is_ok());
+    /// vfs.as_root().mkdir(At::Root, "d", 0o755)?;
+    /// assert!(vfs.as_root().stat(At::Root, "d").is_ok());
     /// // Another writer removed "d" behind the Vfs's back and says so:
     /// vfs.invalidate_entry(root, b"d");
     /// assert_eq!(*seen.lock().unwrap(), vec![(root, b"d".to_vec())]);

@@ -5,7 +5,7 @@
 
 use super::path::check_path;
 use super::rcu_walk::{inode_of, RcuWalk};
-use super::{root_cred, At, DentryRef, StatMode, Vfs};
+use super::{At, DentryRef, StatMode, Vfs};
 use crate::cred::Cred;
 use crate::dentry::Dentry;
 use crate::errno::{Errno, Result};
@@ -14,51 +14,6 @@ use crate::inode::Inode;
 use crate::rcu::RcuGuard;
 
 impl Vfs {
-    /// `stat(2)`: follows a final symlink. A cached path is answered by
-    /// rcu-walk from the cached attributes, without a backend call.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Errno, FileType, Vfs};
-    ///
-    /// let fs = Arc::new(MemFs::new());
-    /// fs.mkdir_p("usr/bin", 0o755)?;
-    /// fs.write_file("usr/bin/true", b"#!/bin/sh\n")?;
-    /// let vfs = Vfs::new(fs)?;
-    ///
-    /// let a = vfs.stat(At::Root, "/usr/bin/true")?;
-    /// assert_eq!((a.kind, a.size, a.perm), (FileType::Regular, 10, 0o644));
-    /// // Relative to a directory the caller holds.
-    /// let bin = vfs.lookup(At::Root, "usr/bin", true)?;
-    /// assert_eq!(vfs.stat(At::from(&bin), "true")?.ino, a.ino);
-    /// assert_eq!(vfs.stat(At::Root, "usr/sbin").unwrap_err(), Errno::ENOENT);
-    /// # Ok::<(), Errno>(())
-    /// ```
-    pub fn stat(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
-        self.stat_with(at, path.as_ref(), true, StatMode::RefFree)
-    }
-
-    /// `lstat(2)`: does not follow a final symlink.
-    pub fn lstat(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Attr> {
-        self.stat_with(at, path.as_ref(), false, StatMode::RefFree)
-    }
-
-    /// `stat` with the choice of how the last component is handled.
-    // For dcache-bench and the integration tests (StatMode); not part of the
-    // supported API.
-    #[doc(hidden)]
-    #[inline]
-    pub fn stat_with(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        follow: bool,
-        mode: StatMode,
-    ) -> Result<Attr> {
-        self.stat_as(root_cred(), at, path.as_ref(), follow, mode)
-    }
-
     /// `stat` on behalf of `cred`.
     #[inline]
     pub(crate) fn stat_as(
@@ -178,18 +133,7 @@ impl Vfs {
         Ok(a)
     }
 
-    /// Resolve `path` to a counted reference (following a final symlink
-    /// when `follow`). Never negative: a missing name is ENOENT.
-    pub fn lookup(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        follow: bool,
-    ) -> Result<DentryRef<'_>> {
-        self.lookup_as(root_cred(), at, path.as_ref(), follow)
-    }
-
-    /// [`Vfs::lookup`] on behalf of `cred`.
+    /// [`AsCred::lookup`](crate::AsCred::lookup) on behalf of `cred`.
     pub(crate) fn lookup_as(
         &self,
         cred: &Cred,
@@ -216,7 +160,7 @@ impl Vfs {
         self.walk_ref(at, path, follow, false, cred)
     }
 
-    /// [`Vfs::lookup`] without a reference, for callers that can pin the
+    /// [`AsCred::lookup`](crate::AsCred::lookup) without a reference, for callers that can pin the
     /// result by other means (the FUSE daemon: a node the kernel already
     /// holds). Resolves `path` from `at` (a final symlink is not followed)
     /// in rcu-walk only, then, still inside the read section, hands the
@@ -226,7 +170,7 @@ impl Vfs {
     ///
     /// `None`: no answer here (the walk gave up, the backend revalidates
     /// names, a writer interfered, or `claim` declined); the caller then
-    /// falls back to [`Vfs::lookup`]. `Some(Err)`: a definite error, as
+    /// falls back to [`AsCred::lookup`](crate::AsCred::lookup). `Some(Err)`: a definite error, as
     /// `lookup` would return it.
     // For dcache-fuse (LOOKUP of a node the kernel holds); not part of the
     // supported API.
@@ -278,7 +222,6 @@ mod fast_path_tests {
 
     use super::*;
     use crate::fs::memfs::MemFs;
-    use crate::fs::Ctx;
 
     /// A small deterministic generator (xorshift64*), so failures replay.
     struct Rng(u64);
@@ -375,24 +318,23 @@ mod fast_path_tests {
     /// What ref-walk says `path` is: the inode number or the errno.
     fn by_ref_walk(vfs: &Vfs, path: &[u8], follow: bool) -> Result<u64> {
         check_path(path)?;
-        let d = vfs.walk_ref(At::Root, path, follow, false, root_cred())?;
+        let d = vfs.walk_ref(At::Root, path, follow, false, crate::vfs::root_cred())?;
         d.inode().map(|i| i.ino).ok_or(Errno::ENOENT)
     }
 
     #[test]
     fn rcu_walk_agrees_with_ref_walk() {
         let vfs = Vfs::new(Arc::new(MemFs::new())).unwrap();
-        let c = Ctx::ROOT;
         for d in ["d1", "d1/d2", "eightchr", "sixteen_bytes_xx"] {
-            vfs.mkdir(At::Root, d, 0o755, c).unwrap();
+            vfs.as_root().mkdir(At::Root, d, 0o755).unwrap();
         }
         for f in ["f", "d1/f", "d1/d2/f", "eightchr/f"] {
-            vfs.create(At::Root, f, 0o644, c).unwrap();
+            vfs.as_root().create(At::Root, f, 0o644).unwrap();
         }
         let long_name = vec![b'n'; 250];
         let mut long_file = b"d1/".to_vec();
         long_file.extend_from_slice(&long_name);
-        vfs.create(At::Root, &long_file, 0o644, c).unwrap();
+        vfs.as_root().create(At::Root, &long_file, 0o644).unwrap();
         for (link, target) in [
             ("l_file", "d1/f"),
             ("l_dir", "d1"),
@@ -404,7 +346,7 @@ mod fast_path_tests {
             ("d1/l_slash", "d2/"),
             ("l_chain", "l_dir/l_up/l_file"),
         ] {
-            vfs.symlink(target, At::Root, link, c).unwrap();
+            vfs.as_root().symlink(target, At::Root, link).unwrap();
         }
         let mut words: Vec<Vec<u8>> = [
             "d1",
@@ -446,7 +388,13 @@ mod fast_path_tests {
             for follow in [true, false] {
                 let want = by_ref_walk(&vfs, &path, follow);
                 // ref-walk cached what it saw; rcu-walk may now answer.
-                let rcu = vfs.try_stat_rcu(At::Root, &path, follow, StatMode::RefFree, root_cred());
+                let rcu = vfs.try_stat_rcu(
+                    At::Root,
+                    &path,
+                    follow,
+                    StatMode::RefFree,
+                    crate::vfs::root_cred(),
+                );
                 total += 1;
                 if let Some(got) = rcu {
                     answered += 1;
@@ -457,7 +405,9 @@ mod fast_path_tests {
                         String::from_utf8_lossy(&path)
                     );
                 }
-                let full = vfs.stat_with(At::Root, &path, follow, StatMode::RefFree);
+                let full = vfs
+                    .as_root()
+                    .stat_with(At::Root, &path, follow, StatMode::RefFree);
                 assert_eq!(full.map(|a| a.ino), want);
             }
         }

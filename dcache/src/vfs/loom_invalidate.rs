@@ -10,7 +10,7 @@ use std::sync::Arc as StdArc;
 use super::{At, Config, Vfs};
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
-use crate::fs::{Ctx, FileSystem};
+use crate::fs::FileSystem;
 use crate::sync::{thread, Arc};
 
 fn builder() -> loom::model::Builder {
@@ -35,7 +35,7 @@ fn setup() -> (StdArc<MemFs>, Arc<Vfs>, u64) {
         },
     )
     .unwrap();
-    let p = vfs.stat(At::Root, "p").unwrap().ino;
+    let p = vfs.as_root().stat(At::Root, "p").unwrap().ino;
     (fs, Arc::new(vfs), p)
 }
 
@@ -48,17 +48,17 @@ fn loom_invalidate_create_vs_lookup() {
             // p/x is not cached: this lookup asks the backend, before or
             // after the create.
             thread::spawn(move || {
-                let _ = vfs.stat(At::Root, "p/x");
+                let _ = vfs.as_root().stat(At::Root, "p/x");
             })
         };
         // The backend is not modelled (std locks): a loom switch point
         // first, so the lookup can also run before the change.
         thread::yield_now();
-        fs.create(p, b"x", 0o644, Ctx::ROOT).unwrap();
+        fs.create(p, b"x", 0o644).unwrap();
         vfs.invalidate_entry(p, b"x");
         t.join().unwrap();
         assert!(
-            vfs.stat(At::Root, "p/x").is_ok(),
+            vfs.as_root().stat(At::Root, "p/x").is_ok(),
             "a miss read before the create outlived its report"
         );
     });
@@ -71,7 +71,7 @@ fn loom_invalidate_unlink_vs_lookup() {
         let t = {
             let vfs = vfs.clone();
             thread::spawn(move || {
-                let _ = vfs.stat(At::Root, "p/f");
+                let _ = vfs.as_root().stat(At::Root, "p/f");
             })
         };
         thread::yield_now();
@@ -79,7 +79,7 @@ fn loom_invalidate_unlink_vs_lookup() {
         vfs.invalidate_entry(p, b"f");
         t.join().unwrap();
         assert_eq!(
-            vfs.stat(At::Root, "p/f").unwrap_err(),
+            vfs.as_root().stat(At::Root, "p/f").unwrap_err(),
             Errno::ENOENT,
             "a name read before the unlink outlived its report"
         );

@@ -11,7 +11,7 @@ use std::sync::Arc as StdArc;
 use super::{At, Config, StatMode, Vfs};
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
-use crate::fs::{Ctx, RenameFlags};
+use crate::fs::RenameFlags;
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
 
 fn setup() -> (Arc<Vfs>, u64) {
@@ -27,8 +27,8 @@ fn setup() -> (Arc<Vfs>, u64) {
     )
     .unwrap();
     // Warm the cache: p, p/f, and a negative p/g.
-    let f = vfs.stat(At::Root, "p/f").unwrap().ino;
-    assert_eq!(vfs.stat(At::Root, "p/g"), Err(Errno::ENOENT));
+    let f = vfs.as_root().stat(At::Root, "p/f").unwrap().ino;
+    assert_eq!(vfs.as_root().stat(At::Root, "p/g"), Err(Errno::ENOENT));
     (Arc::new(vfs), f)
 }
 
@@ -92,7 +92,8 @@ fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Er
 }
 
 fn rename_f_to_g(vfs: &Vfs) {
-    vfs.rename(At::Root, "p/f", At::Root, "p/g", RenameFlags::NONE)
+    vfs.as_root()
+        .rename(At::Root, "p/f", At::Root, "p/g", RenameFlags::NONE)
         .unwrap();
 }
 
@@ -128,7 +129,7 @@ fn loom_walk_new_name_vs_rename() {
 #[test]
 fn loom_walk_vs_unlink() {
     walk_vs(
-        |vfs| vfs.unlink(At::Root, "p/f").unwrap(),
+        |vfs| vfs.as_root().unlink(At::Root, "p/f").unwrap(),
         "p/f",
         old_name_gone,
     );
@@ -139,7 +140,7 @@ fn loom_walk_vs_create() {
     // p/g is a cached negative dentry that the create turns positive.
     walk_vs(
         |vfs| {
-            vfs.create(At::Root, "p/g", 0o644, Ctx::ROOT).unwrap();
+            vfs.as_root().create(At::Root, "p/g", 0o644).unwrap();
         },
         "p/g",
         |r, _f, after| {
@@ -155,7 +156,8 @@ fn loom_walk_vs_create() {
 fn loom_walk_vs_directory_rename() {
     walk_vs(
         |vfs| {
-            vfs.rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
+            vfs.as_root()
+                .rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
                 .unwrap()
         },
         "p/f",

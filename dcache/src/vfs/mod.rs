@@ -396,7 +396,7 @@ impl Vfs {
     /// use dcache::{At, FileType, Vfs};
     ///
     /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
-    /// assert_eq!(vfs.stat(At::Root, "/")?.kind, FileType::Directory);
+    /// assert_eq!(vfs.as_root().stat(At::Root, "/")?.kind, FileType::Directory);
     /// # Ok::<(), dcache::Errno>(())
     /// ```
     pub fn new(fs: Arc<dyn FileSystem>) -> crate::Result<Vfs> {

@@ -7,7 +7,7 @@
 use super::dcache::d_instantiate;
 use super::ops::is_dot_or_dotdot;
 use super::path::check_path;
-use super::{root_cred, At, DentryRef, Vfs};
+use super::{At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
 use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
@@ -144,39 +144,6 @@ fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
 }
 
 impl Vfs {
-    /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,
-    /// `O_NOFOLLOW` handled here; other flags are passed to the backend.
-    /// `perm` and `ctx` are the mode and owner of a file `O_CREAT` makes.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{oflags, At, Ctx, Errno, Vfs};
-    ///
-    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
-    /// let f = vfs.open(At::Root, "log", oflags::O_CREAT | oflags::O_RDWR, 0o644, Ctx::ROOT)?;
-    /// assert_eq!(f.write(0, b"hello")?, 5);
-    /// let mut buf = [0; 16];
-    /// assert_eq!(f.read(0, &mut buf)?, 5);
-    /// assert_eq!(&buf[..5], b"hello");
-    /// f.close()?;
-    ///
-    /// let flags = oflags::O_CREAT | oflags::O_EXCL | oflags::O_WRONLY;
-    /// let again = vfs.open(At::Root, "log", flags, 0o644, Ctx::ROOT);
-    /// assert_eq!(again.unwrap_err(), Errno::EEXIST);
-    /// # Ok::<(), Errno>(())
-    /// ```
-    pub fn open(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        flags: i32,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<OpenFile<'_>> {
-        self.open_as(root_cred(), at, path.as_ref(), flags, perm, ctx)
-    }
-
     /// `openat(2)` on behalf of `cred`: search on the way, write and search
     /// on the directory to create a name, and read/write permission on an
     /// existing file by access mode and O_TRUNC (a file this call created
@@ -249,7 +216,7 @@ impl Vfs {
 
     /// Open a dentry the caller holds on behalf of `cred` (Linux's
     /// `may_open`: the type checks, then read/write permission).
-    pub fn open_dentry_as<'v>(
+    pub(crate) fn open_dentry_as<'v>(
         &'v self,
         cred: &Cred,
         d: &DentryRef<'v>,
@@ -272,7 +239,7 @@ impl Vfs {
 
     /// Open a dentry the caller holds (FUSE open by node id), with the
     /// type checks and no permission check.
-    pub fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
+    pub(crate) fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;

@@ -10,7 +10,7 @@
 
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
 use super::path::check_path;
-use super::{root_cred, At, DentryRef, Super, Vfs};
+use super::{At, DentryRef, Super, Vfs};
 use crate::cred::Cred;
 use crate::dentry::{name_hash, Dentry, ExtName, D_HASHED};
 use crate::errno::{Errno, Result};
@@ -124,17 +124,6 @@ impl Vfs {
         Ok(d)
     }
 
-    /// Create a regular file; EEXIST if the name exists.
-    pub fn create(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<DentryRef<'_>> {
-        self.create_as(root_cred(), at, path.as_ref(), perm, ctx)
-    }
-
     pub(crate) fn create_as<'v>(
         &'v self,
         cred: &Cred,
@@ -164,32 +153,6 @@ impl Vfs {
         })
     }
 
-    /// `mkdirat(2)`: make a directory with permission bits `perm`, owned by
-    /// `ctx`; EEXIST if the name exists, ENOENT if the parent does not.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Ctx, Errno, FileType, Vfs};
-    ///
-    /// let vfs = Vfs::new(Arc::new(MemFs::new()))?;
-    /// let d = vfs.mkdir(At::Root, "srv", 0o755, Ctx::ROOT)?;
-    /// assert_eq!(d.kind(), Some(FileType::Directory));
-    /// vfs.mkdir(At::from(&d), "www", 0o750, Ctx { uid: 33, gid: 33 })?;
-    /// assert_eq!(vfs.stat(At::Root, "srv/www")?.uid, 33);
-    /// assert_eq!(vfs.mkdir(At::Root, "srv", 0o755, Ctx::ROOT).unwrap_err(), Errno::EEXIST);
-    /// # Ok::<(), Errno>(())
-    /// ```
-    pub fn mkdir(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        perm: u16,
-        ctx: Ctx,
-    ) -> Result<DentryRef<'_>> {
-        self.mkdir_as(root_cred(), at, path.as_ref(), perm, ctx)
-    }
-
     pub(crate) fn mkdir_as<'v>(
         &'v self,
         cred: &Cred,
@@ -209,19 +172,6 @@ impl Vfs {
             // (the backend adds S_ISGID under a setgid directory).
             |dir, name| fs.mkdir(dir.ino, name, perm & 0o1777, ctx),
         )
-    }
-
-    /// Make a special file (or a regular one, as `mknod(2)` with S_IFREG).
-    pub fn mknod(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        kind: FileType,
-        perm: u16,
-        rdev: u32,
-        ctx: Ctx,
-    ) -> Result<DentryRef<'_>> {
-        self.mknod_as(root_cred(), at, path.as_ref(), kind, perm, rdev, ctx)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -255,17 +205,6 @@ impl Vfs {
         )
     }
 
-    /// Make `path` a symlink to `target`.
-    pub fn symlink(
-        &self,
-        target: impl AsRef<[u8]>,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        ctx: Ctx,
-    ) -> Result<DentryRef<'_>> {
-        self.symlink_as(root_cred(), target.as_ref(), at, path.as_ref(), ctx)
-    }
-
     pub(crate) fn symlink_as<'v>(
         &'v self,
         cred: &Cred,
@@ -290,11 +229,6 @@ impl Vfs {
         Ok(d)
     }
 
-    /// Read a symlink (the last component is not followed).
-    pub fn readlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        self.readlink_as(root_cred(), at, path.as_ref())
-    }
-
     pub(crate) fn readlink_as(&self, cred: &Cred, at: At<'_>, path: &[u8]) -> Result<Vec<u8>> {
         let d = self.lookup_as(cred, at, path, false)?;
         self.readlink_dentry(&d)
@@ -311,24 +245,6 @@ impl Vfs {
         self.read_link(i)
     }
 
-    /// Make `new_path` another name for `old_path` (not following a final
-    /// symlink in `old_path`, as linkat without AT_SYMLINK_FOLLOW).
-    pub fn link(
-        &self,
-        old_at: At<'_>,
-        old_path: impl AsRef<[u8]>,
-        new_at: At<'_>,
-        new_path: impl AsRef<[u8]>,
-    ) -> Result<DentryRef<'_>> {
-        self.link_as(
-            root_cred(),
-            old_at,
-            old_path.as_ref(),
-            new_at,
-            new_path.as_ref(),
-        )
-    }
-
     pub(crate) fn link_as<'v>(
         &'v self,
         cred: &Cred,
@@ -341,25 +257,12 @@ impl Vfs {
         self.link_dentry_as(cred, &old, new_at, new_path)
     }
 
-    /// Make `new_path` another name for the inode of `old`, a dentry the
-    /// caller holds (FUSE LINK names the inode, not a path; `old` may have
-    /// been renamed or unlinked since, as with `linkat(fd, "",
-    /// AT_EMPTY_PATH)`: the backend refuses an inode with no links left).
-    pub fn link_dentry<'v>(
-        &'v self,
-        old: &DentryRef<'_>,
-        new_at: At<'_>,
-        new_path: impl AsRef<[u8]>,
-    ) -> Result<DentryRef<'v>> {
-        self.link_dentry_as(root_cred(), old, new_at, new_path.as_ref())
-    }
-
     /// With Linux's `fs.protected_hardlinks` (on by default): only the
     /// owner, CAP_FOWNER, or a caller who may read and write a regular file
     /// that is not set-user-ID (nor set-group-ID and group-executable) may
     /// link to it (EPERM).
-    /// [`Vfs::link_dentry`] on behalf of `cred`.
-    pub fn link_dentry_as<'v>(
+    /// [`AsCred::link_dentry`](crate::AsCred::link_dentry)'s body.
+    pub(crate) fn link_dentry_as<'v>(
         &'v self,
         cred: &Cred,
         old: &DentryRef<'_>,
@@ -384,51 +287,6 @@ impl Vfs {
             }
             fs.link(ino, dir.ino, name)
         })
-    }
-
-    /// `unlinkat(2)`: remove a name that is not a directory (EISDIR for a
-    /// directory). The cached dentry becomes negative, so the next lookup of
-    /// the name fails without asking the backend.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Errno, Vfs};
-    ///
-    /// let fs = Arc::new(MemFs::new());
-    /// fs.mkdir_p("tmp", 0o1777)?;
-    /// fs.write_file("tmp/scratch", b"x")?;
-    /// let vfs = Vfs::new(fs)?;
-    ///
-    /// vfs.unlink(At::Root, "tmp/scratch")?;
-    /// assert_eq!(vfs.stat(At::Root, "tmp/scratch").unwrap_err(), Errno::ENOENT);
-    /// assert_eq!(vfs.unlink(At::Root, "tmp").unwrap_err(), Errno::EISDIR);
-    /// # Ok::<(), Errno>(())
-    /// ```
-    pub fn unlink(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
-        self.remove_common(root_cred(), at, path.as_ref(), false)
-    }
-
-    /// `unlinkat(2)` with `AT_REMOVEDIR`: remove an empty directory
-    /// (ENOTEMPTY otherwise, ENOTDIR for a non-directory).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Errno, Vfs};
-    ///
-    /// let fs = Arc::new(MemFs::new());
-    /// fs.mkdir_p("a/b", 0o755)?;
-    /// let vfs = Vfs::new(fs)?;
-    ///
-    /// assert_eq!(vfs.rmdir(At::Root, "a").unwrap_err(), Errno::ENOTEMPTY);
-    /// vfs.rmdir(At::Root, "a/b")?;
-    /// vfs.rmdir(At::Root, "a")?;
-    /// assert_eq!(vfs.stat(At::Root, "a").unwrap_err(), Errno::ENOENT);
-    /// # Ok::<(), Errno>(())
-    /// ```
-    pub fn rmdir(&self, at: At<'_>, path: impl AsRef<[u8]>) -> Result<()> {
-        self.remove_common(root_cred(), at, path.as_ref(), true)
     }
 
     /// unlink/rmdir on behalf of `cred`: after the name is found, write and
@@ -481,25 +339,6 @@ impl Vfs {
         d_delete(sb, d);
         self.refresh(dir);
         Ok(())
-    }
-
-    /// `renameat2`: move `old` to `new` (see [`RenameFlags`]).
-    pub fn rename(
-        &self,
-        old_at: At<'_>,
-        old_path: impl AsRef<[u8]>,
-        new_at: At<'_>,
-        new_path: impl AsRef<[u8]>,
-        flags: RenameFlags,
-    ) -> Result<()> {
-        self.rename_as(
-            root_cred(),
-            old_at,
-            old_path.as_ref(),
-            new_at,
-            new_path.as_ref(),
-            flags,
-        )
     }
 
     /// `renameat2` on behalf of `cred`: `may_delete` on the old name, then
@@ -709,17 +548,6 @@ impl Vfs {
         }
     }
 
-    /// Read a directory (`offset` 0 = from the start; see `FileSystem::readdir`).
-    pub fn readdir(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        offset: u64,
-        emit: &mut dyn FnMut(DirEntry) -> bool,
-    ) -> Result<()> {
-        self.readdir_as(root_cred(), at, path.as_ref(), offset, emit)
-    }
-
     /// readdir on behalf of `cred`: read permission on the directory (as
     /// `opendir` checks it).
     pub(crate) fn readdir_as(
@@ -755,20 +583,8 @@ impl Vfs {
         self.sb().fs.readdir(i.ino, offset, emit)
     }
 
-    /// Change attributes (chmod, chown, truncate, utimens).
-    pub fn setattr(
-        &self,
-        at: At<'_>,
-        path: impl AsRef<[u8]>,
-        set: &SetAttr,
-        ctx: Ctx,
-    ) -> Result<Attr> {
-        let d = self.lookup(at, path, true)?;
-        self.setattr_dentry(&d, set, ctx)
-    }
-
     /// Change attributes on behalf of `cred`, with Linux's rules (see
-    /// [`Vfs::setattr_dentry_as`]).
+    /// [`AsCred::setattr_dentry`](crate::AsCred::setattr_dentry)).
     pub(crate) fn setattr_as(
         &self,
         cred: &Cred,
@@ -787,7 +603,7 @@ impl Vfs {
     /// or CAP_FOWNER (EPERM), and S_ISGID is dropped for a caller outside
     /// the file's group without CAP_FSETID; explicit times need ownership
     /// (EPERM), times set to now ownership or write permission (EACCES).
-    pub fn setattr_dentry_as(
+    pub(crate) fn setattr_dentry_as(
         &self,
         cred: &Cred,
         d: &DentryRef<'_>,
@@ -826,7 +642,12 @@ impl Vfs {
 
     /// Change the attributes of `d` in the backend and the cached copy (no
     /// permission check; `ctx` is passed to the backend).
-    pub fn setattr_dentry(&self, d: &DentryRef<'_>, set: &SetAttr, ctx: Ctx) -> Result<Attr> {
+    pub(crate) fn setattr_dentry(
+        &self,
+        d: &DentryRef<'_>,
+        set: &SetAttr,
+        ctx: Ctx,
+    ) -> Result<Attr> {
         self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         let a = self.sb().fs.setattr(i.ino, set, ctx)?;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use dcache::{At, Ctx, Errno, RenameFlags, Vfs};
+use dcache::{At, Errno, RenameFlags, Vfs};
 
 /// One period during which `ino` held a name. `loose_*` contain the true
 /// period, `tight_*` are contained in it (None = still holding).
@@ -180,7 +180,7 @@ impl<'o> Mutator<'o> {
     /// Create `name`; EEXIST only if this mutator holds it.
     pub fn create(&mut self, v: &Vfs, name: &str) {
         let t0 = self.oracle.tick();
-        match v.create(At::Root, name, 0o644, Ctx::ROOT) {
+        match v.as_root().create(At::Root, name, 0o644) {
             Ok(d) => {
                 let ino = d.ino().unwrap();
                 self.oracle.begin_hold(name, ino, t0, self.oracle.tick());
@@ -194,7 +194,7 @@ impl<'o> Mutator<'o> {
     /// Unlink `name`; ENOENT only if this mutator does not hold it.
     pub fn unlink(&mut self, v: &Vfs, name: &str) {
         let t0 = self.oracle.tick();
-        match v.unlink(At::Root, name) {
+        match v.as_root().unlink(At::Root, name) {
             Ok(()) => {
                 self.oracle.end_hold(name, t0, self.oracle.tick());
                 self.mine.remove(name);
@@ -207,7 +207,9 @@ impl<'o> Mutator<'o> {
     /// Rename `from` over `to` (both this mutator's names).
     pub fn rename(&mut self, v: &Vfs, from: &str, to: &str) {
         let t0 = self.oracle.tick();
-        let r = v.rename(At::Root, from, At::Root, to, RenameFlags::NONE);
+        let r = v
+            .as_root()
+            .rename(At::Root, from, At::Root, to, RenameFlags::NONE);
         let t1 = self.oracle.tick();
         match r {
             Ok(()) if from == to => {}

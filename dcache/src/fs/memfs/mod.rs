@@ -112,7 +112,7 @@ impl MemFs {
     ///
     /// // The same tree through the dentry cache.
     /// let vfs = Vfs::new(fs)?;
-    /// assert_eq!(vfs.stat(At::Root, "a/link")?.size, 5);
+    /// assert_eq!(vfs.as_root().stat(At::Root, "a/link")?.size, 5);
     /// # Ok::<(), dcache::Errno>(())
     /// ```
     pub fn new() -> MemFs {
