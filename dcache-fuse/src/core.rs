@@ -133,7 +133,7 @@ impl FuseCore {
     pub fn lookup(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<Option<Entry>> {
         let p = self.node(parent)?;
         let open_parent = open_dir(&p);
-        let fast = self
+        let r = self
             .vfs
             .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |d, a| {
                 self.nodes.hand_out_held(d).map(|id| Entry {
@@ -141,15 +141,11 @@ impl FuseCore {
                     attr: Attr { ino: id, ..*a },
                     open_parent,
                 })
+            })
+            .and_then(|r| match r {
+                Ok(e) => Ok(e),
+                Err(d) => self.entry(d, open_parent),
             });
-        let r = match fast {
-            Some(r) => r,
-            None => self
-                .vfs
-                .as_cred(cred)
-                .lookup(At::Dir(p.dentry()), name, false)
-                .and_then(|d| self.entry(d, open_parent)),
-        };
         match r {
             Ok(e) => Ok(Some(e)),
             Err(Errno::ENOENT) => Ok(None),

@@ -53,6 +53,47 @@ fn stat_walks_and_caches() {
     );
 }
 
+/// A walk that rcu mode cannot finish goes on with references from the
+/// directory where rcu mode stopped: the cached components before it are
+/// not walked again and never reach the backend.
+#[test]
+fn a_fallback_continues_where_rcu_mode_stopped() {
+    let (_fs, vfs) = tree();
+    let c = vfs.counters();
+    let root = vfs.as_root();
+    root.stat(At::Root, "a/b").unwrap();
+    let (lookups, walks) = (c.backend_lookups(), c.ref_walks());
+    assert_eq!(c.restarts(), 0);
+    // a and a/b are cached; c and file are not.
+    let st = root.stat(At::Root, "a/b/c/file").unwrap();
+    assert_eq!(st.size, 5);
+    assert_eq!(c.ref_walks() - walks, 1, "one walk went on in ref mode");
+    assert_eq!(c.unlazied(), 2, "both from where rcu mode stood");
+    assert_eq!(c.restarts(), 0);
+    assert_eq!(
+        c.backend_lookups() - lookups,
+        2,
+        "only c and file were asked"
+    );
+    // A symlink whose target is not cached yet stops rcu mode inside the
+    // link: the walk goes on from there, with the rest of the path after it.
+    let before = c.unlazied();
+    assert_eq!(root.stat(At::Root, "a/rel").unwrap().ino, st.ino);
+    assert_eq!(c.unlazied() - before, 1);
+    assert_eq!(c.restarts(), 0);
+    // Now everything is cached: rcu mode answers alone.
+    let walks = c.ref_walks();
+    assert_eq!(root.stat(At::Root, "a/rel").unwrap().ino, st.ino);
+    assert_eq!(root.stat(At::Root, "a/abs/c/file").unwrap().ino, st.ino);
+    assert_eq!(
+        c.ref_walks(),
+        walks + 1,
+        "a/abs's target was not cached yet"
+    );
+    assert_eq!(root.stat(At::Root, "a/abs/c/file").unwrap().ino, st.ino);
+    assert_eq!(c.ref_walks(), walks + 1);
+}
+
 #[test]
 fn negative_dentries_answer_repeated_misses() {
     let (_fs, vfs) = tree();

@@ -1,10 +1,11 @@
-//! Path resolution for callers: `stat`, `lstat` and `lookup`. rcu-walk
-//! ([`super::rcu_walk`]) runs first; when it gives up, ref-walk
-//! ([`super::ref_walk`]) redoes the path with references. Both take their
-//! components from [`super::path`].
+//! Path resolution for callers: `stat`, `lstat` and `lookup`, each one
+//! walk ([`super::namei`]) that reads its answer inside rcu mode when it
+//! can and otherwise finishes in ref mode where rcu mode stopped.
 
+use std::mem::MaybeUninit;
+
+use super::namei::{inode_of, RefWalk, WalkFlags, Walked};
 use super::path::check_path;
-use super::rcu_walk::{inode_of, RcuWalk};
 use super::{At, DentryRef, StatMode, Vfs};
 use crate::cred::Cred;
 use crate::dentry::Dentry;
@@ -14,7 +15,8 @@ use crate::inode::Inode;
 use crate::rcu::RcuGuard;
 
 impl Vfs {
-    /// `stat` on behalf of `cred`.
+    /// `stat` on behalf of `cred`. A cached path is answered in rcu mode
+    /// from the cached attributes, without a backend call.
     #[inline]
     pub(crate) fn stat_as(
         &self,
@@ -25,102 +27,116 @@ impl Vfs {
         mode: StatMode,
     ) -> Result<Attr> {
         check_path(path)?;
-        match self.try_stat_rcu(at, path, follow, mode, cred) {
-            Some(r) => r,
-            None => self.stat_ref(at, path, follow, cred),
-        }
+        let mut a = MaybeUninit::uninit();
+        let w = {
+            let g = self.sb().rcu.read_lock();
+            match self.stat_rcu_in(&g, cred, at, path, follow, mode, &mut a) {
+                // SAFETY: an rcu-mode answer wrote the attributes.
+                Walked::Rcu(()) => return Ok(unsafe { a.assume_init() }),
+                Walked::Err(e) => return Err(e),
+                Walked::Unlazied(w) => w,
+            }
+        };
+        self.stat_ref(w, cred, follow)
     }
 
-    /// `stat` by ref-walk, once rcu-walk gave up.
+    /// The end of a `stat` that rcu mode did not answer, outside the read
+    /// section.
     #[cold]
     #[inline(never)]
     pub(crate) fn stat_ref(
         &self,
-        at: At<'_>,
-        path: &[u8],
-        follow: bool,
+        w: Box<RefWalk<'_, '_>>,
         cred: &Cred,
+        follow: bool,
     ) -> Result<Attr> {
-        let sb = self.sb();
-        let d = self.walk_ref(at, path, follow, false, cred)?;
+        let d = (*w).finish(self, cred, WalkFlags::follow(follow))?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         let a = inode.attr();
-        if sb.revalidate {
+        if self.sb().revalidate {
             return self.refresh_attr(inode, a);
         }
         Ok(a)
     }
 
-    /// The rcu-walk half of `stat`: `None` when it had to give up (the
-    /// caller then redoes the walk with references).
+    /// The rcu-mode part of `stat` inside a read section the caller holds:
+    /// `Rcu(())` once the attributes, validated, are in `out` (written in
+    /// place: an `Attr` is a dozen words, and every move of it through the
+    /// walk's result would cost as many instructions), or where to go on in
+    /// ref mode.
     #[inline(always)]
-    pub(crate) fn try_stat_rcu(
-        &self,
-        at: At<'_>,
-        path: &[u8],
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn stat_rcu_in<'v, 'g, 'p>(
+        &'v self,
+        g: &'g RcuGuard<'_>,
+        cred: &Cred,
+        at: At<'g>,
+        path: &'p [u8],
         follow: bool,
         mode: StatMode,
-        cred: &Cred,
-    ) -> Option<Result<Attr>> {
-        let g = self.sb().rcu.read_lock();
-        self.try_stat_rcu_in(&g, at, path, follow, mode, cred)
-    }
-
-    /// [`Vfs::try_stat_rcu`] inside a read section the caller holds.
-    #[inline(always)]
-    pub(crate) fn try_stat_rcu_in(
-        &self,
-        g: &RcuGuard<'_>,
-        at: At<'_>,
-        path: &[u8],
-        follow: bool,
-        mode: StatMode,
-        cred: &Cred,
-    ) -> Option<Result<Attr>> {
-        let sb = self.sb();
-        match self.walk_rcu(g, at, path, follow, false, cred) {
-            RcuWalk::Err(e) => return Some(Err(e)),
-            RcuWalk::Fallback => {}
-            RcuWalk::Done(dd, seq) => {
-                match mode {
-                    StatMode::RefFree => {
-                        if let Some(inode) = inode_of(dd) {
-                            if let Some(a) = inode.try_attr() {
-                                if !dd.d_seq.read_retry(seq) {
-                                    if sb.revalidate {
-                                        // Without a reference the inode may
-                                        // be dying and already forgotten by
-                                        // the backend (a name replaced and
-                                        // invalidated meanwhile): an error
-                                        // is retried in ref-walk, which
-                                        // holds what it asks about.
-                                        return self.refresh_attr(inode, a).ok().map(Ok);
-                                    }
-                                    return Some(Ok(a));
+        out: &mut MaybeUninit<Attr>,
+    ) -> Walked<'v, 'p, ()>
+    where
+        'v: 'g,
+    {
+        let flags = WalkFlags::follow(follow);
+        match mode {
+            StatMode::RefFree => {
+                let read = |dd: &'g Dentry| {
+                    let i = inode_of(dd)?;
+                    out.write(i.try_attr()?);
+                    Some(i)
+                };
+                match self.walk_rcu(g, cred, at, path, flags, read) {
+                    Walked::Rcu(inode) => {
+                        if self.sb().revalidate {
+                            // Without a reference the inode may be dying and
+                            // already forgotten by the backend (a name
+                            // replaced and invalidated meanwhile): an error
+                            // is retried in ref mode, which holds what it
+                            // asks about.
+                            // SAFETY: `read` wrote it before answering.
+                            let cached = unsafe { out.assume_init_read() };
+                            return match self.refresh_attr(inode, cached) {
+                                Ok(a) => {
+                                    out.write(a);
+                                    Walked::Rcu(())
                                 }
-                            }
+                                Err(_) => self.restart(at, path),
+                            };
                         }
+                        Walked::Rcu(())
                     }
-                    StatMode::LockRef => {
-                        // Linux's complete_walk: a real reference on the
-                        // last component, then dput.
-                        if let Some(r) = DentryRef::try_get(dd) {
-                            if !dd.d_seq.read_retry(seq) {
-                                let Some(inode) = r.inode() else {
-                                    return Some(Err(Errno::ENOENT));
-                                };
-                                let a = inode.attr();
-                                if sb.revalidate {
-                                    return Some(self.refresh_attr(inode, a));
+                    Walked::Err(e) => Walked::Err(e),
+                    Walked::Unlazied(w) => Walked::Unlazied(w),
+                }
+            }
+            // What Linux does: take and drop a LockRef reference on the
+            // last component (complete_walk + dput).
+            StatMode::LockRef => {
+                match self.walk_rcu(g, cred, at, path, flags, DentryRef::try_get) {
+                    Walked::Rcu(r) => {
+                        let Some(inode) = r.inode() else {
+                            return Walked::Err(Errno::ENOENT);
+                        };
+                        let a = inode.attr();
+                        if self.sb().revalidate {
+                            return match self.refresh_attr(inode, a) {
+                                Ok(a) => {
+                                    out.write(a);
+                                    Walked::Rcu(())
                                 }
-                                return Some(Ok(a));
-                            }
+                                Err(e) => Walked::Err(e),
+                            };
                         }
+                        out.write(a);
+                        Walked::Rcu(())
                     }
+                    Walked::Err(e) => Walked::Err(e),
+                    Walked::Unlazied(w) => Walked::Unlazied(w),
                 }
             }
         }
-        None
     }
 
     /// For backends whose truth can change underneath: ask for fresh
@@ -133,7 +149,8 @@ impl Vfs {
         Ok(a)
     }
 
-    /// [`AsCred::lookup`](crate::AsCred::lookup) on behalf of `cred`.
+    /// [`AsCred::lookup`](crate::AsCred::lookup) on behalf of `cred`: a
+    /// counted reference, never negative.
     pub(crate) fn lookup_as(
         &self,
         cred: &Cred,
@@ -142,36 +159,28 @@ impl Vfs {
         follow: bool,
     ) -> Result<DentryRef<'_>> {
         check_path(path)?;
-        let sb = self.sb();
-        {
-            let g = sb.rcu.read_lock();
-            match self.walk_rcu(&g, at, path, follow, false, cred) {
-                RcuWalk::Err(e) => return Err(e),
-                RcuWalk::Fallback => {}
-                RcuWalk::Done(dd, seq) => {
-                    if let Some(r) = DentryRef::try_get(dd) {
-                        if !dd.d_seq.read_retry(seq) && !r.is_negative() {
-                            return Ok(r);
-                        }
-                    }
-                }
-            }
+        match self.walk(
+            cred,
+            at,
+            path,
+            WalkFlags::follow(follow),
+            DentryRef::try_get,
+        )? {
+            Ok(d) | Err(d) => Ok(d),
         }
-        self.walk_ref(at, path, follow, false, cred)
     }
 
-    /// [`AsCred::lookup`](crate::AsCred::lookup) without a reference, for callers that can pin the
-    /// result by other means (the FUSE daemon: a node the kernel already
-    /// holds). Resolves `path` from `at` (a final symlink is not followed)
-    /// in rcu-walk only, then, still inside the read section, hands the
-    /// positive dentry and its validated attributes to `claim`, which
-    /// returns `None` to decline. The dentry is only guaranteed to exist
-    /// until `claim` returns.
-    ///
-    /// `None`: no answer here (the walk gave up, the backend revalidates
-    /// names, a writer interfered, or `claim` declined); the caller then
-    /// falls back to [`AsCred::lookup`](crate::AsCred::lookup). `Some(Err)`: a definite error, as
-    /// `lookup` would return it.
+    /// [`AsCred::lookup`](crate::AsCred::lookup) of `path` from `at` (a
+    /// final symlink is not followed) for callers that can pin the result
+    /// by other means (the FUSE daemon: a node the kernel already holds):
+    /// when rcu mode resolves the name, `claim` gets the positive dentry
+    /// and its validated attributes, still inside the read section (the
+    /// dentry is only guaranteed to exist until `claim` returns), and
+    /// `Ok(Ok(r))` is its answer. When `claim` declines (`None`), rcu mode
+    /// stops, or the backend revalidates names, the walk goes on with
+    /// references where it stood, and `Ok(Err(d))` is the counted
+    /// reference [`AsCred::lookup`](crate::AsCred::lookup) would return:
+    /// the name is walked once either way.
     // For dcache-fuse (LOOKUP of a node the kernel holds); not part of the
     // supported API.
     #[doc(hidden)]
@@ -182,32 +191,34 @@ impl Vfs {
         at: At<'_>,
         path: &[u8],
         claim: impl FnOnce(&Dentry, &Attr) -> Option<R>,
-    ) -> Option<Result<R>> {
-        if let Err(e) = check_path(path) {
-            return Some(Err(e));
-        }
-        let sb = self.sb();
+    ) -> Result<std::result::Result<R, DentryRef<'_>>> {
+        check_path(path)?;
+        let flags = WalkFlags::follow(false);
         // A revalidating backend must be asked about the name and for fresh
-        // attributes: the ref-walk path does that.
-        if sb.revalidate {
-            return None;
+        // attributes: ref mode does that.
+        if self.sb().revalidate {
+            return self.walk_ref(at, path, flags, cred).map(Err);
         }
-        let g = sb.rcu.read_lock();
-        match self.walk_rcu(&g, at, path, false, false, cred) {
-            RcuWalk::Err(e) => Some(Err(e)),
-            RcuWalk::Fallback => None,
-            RcuWalk::Done(dd, seq) => {
-                let a = inode_of(dd)?.try_attr()?;
-                // The attributes belong to the name only if the dentry did
-                // not change since the walk sampled it.
-                if dd.d_seq.read_retry(seq) {
-                    return None;
-                }
-                let r = claim(dd, &a)?;
-                drop(g);
-                Some(Ok(r))
+        let w = {
+            let g = self.sb().rcu.read_lock();
+            fn read(dd: &Dentry) -> Option<(&Dentry, Attr)> {
+                Some((dd, inode_of(dd)?.try_attr()?))
             }
-        }
+            match self.walk_rcu(&g, cred, at, path, flags, read) {
+                Walked::Rcu((dd, a)) => {
+                    if let Some(r) = claim(dd, &a) {
+                        return Ok(Ok(r));
+                    }
+                    if let Some(d) = DentryRef::try_get(dd) {
+                        return Ok(Err(d));
+                    }
+                    Box::new(RefWalk::start(self, at, path)?)
+                }
+                Walked::Err(e) => return Err(e),
+                Walked::Unlazied(w) => w,
+            }
+        };
+        (*w).finish(self, cred, flags).map(Err)
     }
 }
 
@@ -300,30 +311,52 @@ mod fast_path_tests {
                 );
             }
         }
-        // `rest` after a component keeps the slash that follows it.
+        // The rest after a component keeps the slash that follows it; a
+        // rewind goes back to the start of the component returned last.
+        let path = b"ab//cd/";
         let mut store = MaybeUninit::uninit();
-        let mut one = OnePiece::new(b"ab//cd/", &mut store);
+        let mut one = OnePiece::new(path, &mut store);
         assert_eq!(
             one.next_comp().map(|c| c.name.to_vec()),
             Some(b"ab".to_vec())
         );
-        assert_eq!(one.rest(), b"//cd/");
+        assert_eq!(&path[one.rest_start()..], b"//cd/");
         assert_eq!(
             one.next_comp().map(|c| (c.last, c.must_dir)),
             Some((true, true))
         );
-        assert_eq!(one.rest(), b"/");
+        assert_eq!(&path[one.rest_start()..], b"/");
+        one.rewind();
+        assert_eq!(&path[one.rest_start()..], b"cd/");
+        let mut gen = Components::new(path);
+        gen.next_comp();
+        gen.next_comp();
+        gen.rewind();
+        assert_eq!(
+            gen.next_comp().map(|c| c.name.to_vec()),
+            Some(b"cd".to_vec())
+        );
     }
 
     /// What ref-walk says `path` is: the inode number or the errno.
     fn by_ref_walk(vfs: &Vfs, path: &[u8], follow: bool) -> Result<u64> {
         check_path(path)?;
-        let d = vfs.walk_ref(At::Root, path, follow, false, crate::vfs::root_cred())?;
+        let d = vfs.walk_ref(
+            At::Root,
+            path,
+            WalkFlags::follow(follow),
+            crate::vfs::root_cred(),
+        )?;
         d.inode().map(|i| i.ino).ok_or(Errno::ENOENT)
     }
 
+    /// The one walk's two modes share every per-component rule (`step`);
+    /// what they can still disagree on is how each looks a name up (the
+    /// table under sequence counts vs `lookup_one`), follows a link (the
+    /// inode's cached target vs `read_link`), takes `..`, and reads the
+    /// path (the padded fast source vs the general one). Compare them.
     #[test]
-    fn rcu_walk_agrees_with_ref_walk() {
+    fn rcu_mode_agrees_with_ref_mode() {
         let vfs = Vfs::new(Arc::new(MemFs::new())).unwrap();
         for d in ["d1", "d1/d2", "eightchr", "sixteen_bytes_xx"] {
             vfs.as_root().mkdir(At::Root, d, 0o755).unwrap();
@@ -387,14 +420,19 @@ mod fast_path_tests {
             }
             for follow in [true, false] {
                 let want = by_ref_walk(&vfs, &path, follow);
-                // ref-walk cached what it saw; rcu-walk may now answer.
-                let rcu = vfs.try_stat_rcu(
-                    At::Root,
-                    &path,
-                    follow,
-                    StatMode::RefFree,
-                    crate::vfs::root_cred(),
-                );
+                // ref mode cached what it saw; rcu mode may now answer.
+                let rcu = {
+                    let g = vfs.sb().rcu.read_lock();
+                    let cred = crate::vfs::root_cred();
+                    let mut a = MaybeUninit::uninit();
+                    let mode = StatMode::RefFree;
+                    match vfs.stat_rcu_in(&g, cred, At::Root, &path, follow, mode, &mut a) {
+                        // SAFETY: an rcu-mode answer wrote the attributes.
+                        Walked::Rcu(()) => Some(Ok(unsafe { a.assume_init() })),
+                        Walked::Err(e) => Some(Err(e)),
+                        Walked::Unlazied(_) => None,
+                    }
+                };
                 total += 1;
                 if let Some(got) = rcu {
                     answered += 1;

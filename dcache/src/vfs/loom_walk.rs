@@ -1,14 +1,15 @@
-//! loom models of rcu-walk validation (run with `RUSTFLAGS="--cfg loom"
-//! cargo test --release --lib loom_walk`): one lockless walker against one
-//! rename or unlink. The walker may give up (fall back to ref-walk), but
-//! when it answers, the answer must be one that was true at some instant
-//! of its walk; an answer from before a change that had completed when
-//! the walk started is a bug. And rcu-walk must answer in some
-//! interleavings (a walker that always gave up would pass the rest).
+//! loom models of the path walk (run with `RUSTFLAGS="--cfg loom" cargo
+//! test --release --lib loom_walk`): one walker (`stat`, rcu mode first,
+//! ref mode where it stops) against one rename, unlink or create. Its
+//! answer must be one that was true at some instant of its walk; an answer
+//! from before a change that had completed when the walk started is a bug.
+//! rcu mode must answer alone in some interleavings (a walk that always
+//! fell back would pass the rest), and a fallback must go on where rcu mode
+//! stopped, not from the start, when nothing changed under it.
 
 use std::sync::Arc as StdArc;
 
-use super::{At, Config, StatMode, Vfs};
+use super::{At, Config, Vfs};
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
 use crate::fs::RenameFlags;
@@ -44,29 +45,44 @@ fn builder() -> loom::model::Builder {
     b
 }
 
-/// Walk `path` in rcu mode only.
-fn rcu_ino(vfs: &Vfs, path: &str) -> Option<Result<u64, Errno>> {
-    vfs.try_stat_rcu(
-        At::Root,
-        path.as_bytes(),
-        true,
-        StatMode::RefFree,
-        super::root_cred(),
-    )
-    .map(|r| r.map(|a| a.ino))
+/// How a walk was answered: by rcu mode alone, by ref mode going on where
+/// rcu mode stopped, or by ref mode from the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum By {
+    Rcu,
+    Unlazied,
+    Restarted,
 }
 
-/// One walker resolving `path` in rcu mode while another thread runs
-/// `mutate`; `check` judges the walker's answer, given the inode of p/f and
-/// whether `mutate` had finished before the walk started.
-///
-/// The walker may give up in any one interleaving, but a walk that gave up
-/// in all of them would pass every check while proving nothing: some
-/// interleavings must be answered by rcu-walk itself.
-fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Errno>>, u64, bool)) {
+/// `stat` of `path`, and how it was answered.
+fn stat_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
+    let c = vfs.counters();
+    let (walks, unlazied) = (c.ref_walks(), c.unlazied());
+    let r = vfs.as_root().stat(At::Root, path).map(|a| a.ino);
+    let by = if c.ref_walks() == walks {
+        By::Rcu
+    } else if c.unlazied() > unlazied {
+        By::Unlazied
+    } else {
+        By::Restarted
+    };
+    (r, by)
+}
+
+/// One walker resolving `path` while another thread runs `mutate`; `check`
+/// judges the walker's answer, given the inode of p/f and whether `mutate`
+/// had finished before the walk started. Returns how many executions were
+/// answered each way (rcu mode alone must be one of them: a walk that
+/// always fell back would pass every check while proving nothing about
+/// rcu mode).
+fn walk_vs(
+    mutate: fn(&Vfs),
+    path: &'static str,
+    check: fn(Result<u64, Errno>, u64, bool),
+) -> [usize; 3] {
     // std, not loom: a tally across the model's executions, outside them.
-    let answered = StdArc::new(std::sync::atomic::AtomicUsize::new(0));
-    let tally = answered.clone();
+    let tally = StdArc::new(std::sync::Mutex::new([0usize; 3]));
+    let t2 = tally.clone();
     builder().check(move || {
         let (vfs, f) = setup();
         let done = Arc::new(AtomicBool::new(false));
@@ -78,17 +94,17 @@ fn walk_vs(mutate: fn(&Vfs), path: &'static str, check: fn(Option<Result<u64, Er
             })
         };
         let after = done.load(Ordering::SeqCst);
-        let r = rcu_ino(&vfs, path);
-        if r.is_some() {
-            tally.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        let (r, by) = stat_ino(&vfs, path);
+        t2.lock().unwrap()[by as usize] += 1;
         check(r, f, after);
         t.join().unwrap();
     });
+    let t = *tally.lock().unwrap();
     assert!(
-        answered.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "rcu-walk gave up in every interleaving"
+        t[By::Rcu as usize] > 0,
+        "rcu mode answered in no interleaving: {t:?}"
     );
+    t
 }
 
 fn rename_f_to_g(vfs: &Vfs) {
@@ -98,14 +114,13 @@ fn rename_f_to_g(vfs: &Vfs) {
 }
 
 /// p/f may resolve (to f) only if the change had not finished at the start.
-fn old_name_gone(r: Option<Result<u64, Errno>>, f: u64, after: bool) {
+fn old_name_gone(r: Result<u64, Errno>, f: u64, after: bool) {
     match r {
-        Some(Ok(ino)) => {
+        Ok(ino) => {
             assert_eq!(ino, f);
             assert!(!after, "old name resolved after the change finished");
         }
-        Some(Err(e)) => assert_eq!(e, Errno::ENOENT),
-        None => {}
+        Err(e) => assert_eq!(e, Errno::ENOENT),
     }
 }
 
@@ -117,12 +132,11 @@ fn loom_walk_old_name_vs_rename() {
 #[test]
 fn loom_walk_new_name_vs_rename() {
     walk_vs(rename_f_to_g, "p/g", |r, f, after| match r {
-        Some(Ok(ino)) => assert_eq!(ino, f),
-        Some(Err(e)) => {
+        Ok(ino) => assert_eq!(ino, f),
+        Err(e) => {
             assert_eq!(e, Errno::ENOENT);
             assert!(!after, "new name missing after the rename finished");
         }
-        None => {}
     });
 }
 
@@ -144,12 +158,37 @@ fn loom_walk_vs_create() {
         },
         "p/g",
         |r, _f, after| {
-            if let Some(Err(e)) = r {
+            if let Err(e) = r {
                 assert_eq!(e, Errno::ENOENT);
                 assert!(!after, "stale negative entry seen after the create");
             }
         },
     );
+}
+
+/// p/h is not cached at all while another thread creates it: rcu mode
+/// answers once the create is in the table, and otherwise stops at the
+/// miss and goes on in ref mode from p, where it stood (p itself never
+/// changes here, so no execution may start over from the root).
+#[test]
+fn loom_walk_fallback_continues_where_rcu_stopped() {
+    let t = walk_vs(
+        |vfs| {
+            vfs.as_root().create(At::Root, "p/h", 0o644).unwrap();
+        },
+        "p/h",
+        |r, _f, after| {
+            if let Err(e) = r {
+                assert_eq!(e, Errno::ENOENT);
+                assert!(!after, "p/h missing after its create finished");
+            }
+        },
+    );
+    assert!(
+        t[By::Unlazied as usize] > 0,
+        "no walk went on from p: {t:?}"
+    );
+    assert_eq!(t[By::Restarted as usize], 0, "a walk started over: {t:?}");
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! `Vfs`: the dentry cache in front of a [`FileSystem`] backend, with
 //! *at-style calls relative to a directory handle or the root.
 //!
-//! Inside (private modules): `walk`, path resolution — rcu-walk first,
-//! ref-walk fallback; `dcache`, dentry lifetime — allocation, `dput`, kill,
+//! Inside (private modules): `namei`, the path walk — rcu mode first,
+//! unlazied to ref mode where it stops; `lookup_one`, one component with
+//! references; `path`, the path lexer; `dcache`, dentry lifetime — allocation, `dput`, kill,
 //! LRU, shrinking; `ops` and `open`, the namespace operations and open
 //! files; `as_cred`, the permission-checked [`AsCred`] handle; `section`,
 //! [`ReadSection`].
@@ -16,15 +17,15 @@ mod as_cred;
 pub(crate) mod dcache;
 mod invalidate;
 mod lookup;
+mod lookup_one;
 #[cfg(all(test, loom))]
 mod loom_invalidate;
 #[cfg(all(test, loom))]
 mod loom_walk;
+mod namei;
 mod open;
 mod ops;
 mod path;
-mod rcu_walk;
-mod ref_walk;
 mod section;
 
 use std::marker::PhantomData;
@@ -101,9 +102,16 @@ pub struct Counters {
     pub unused: AtomicUsize,
     /// Allocated inodes, including those waiting for a grace period.
     pub inodes: AtomicUsize,
-    /// Lookups answered by rcu-walk / that fell back to ref-walk (racy sums
-    /// for diagnostics: bumped only on the slow path).
+    /// Walks that went on in ref mode (racy sums for diagnostics: bumped
+    /// only on the slow path): every walk rcu mode did not answer, and the
+    /// namespace operations' walks to a parent.
     pub ref_walks: AtomicUsize,
+    /// Of those, walks that rcu mode handed over where it stopped (a
+    /// reference taken on the directory it stood in).
+    pub unlazied: AtomicUsize,
+    /// Of those, walks that started over from their start (the state
+    /// changed under rcu mode).
+    pub restarts: AtomicUsize,
     /// Backend lookups (cache misses).
     pub backend_lookups: AtomicUsize,
 }
@@ -136,6 +144,14 @@ impl Counters {
     /// [`Counters::ref_walks`](field@Counters::ref_walks) now.
     pub fn ref_walks(&self) -> usize {
         self.ref_walks.load(Ordering::Relaxed)
+    }
+    /// [`Counters::unlazied`](field@Counters::unlazied) now.
+    pub fn unlazied(&self) -> usize {
+        self.unlazied.load(Ordering::Relaxed)
+    }
+    /// [`Counters::restarts`](field@Counters::restarts) now.
+    pub fn restarts(&self) -> usize {
+        self.restarts.load(Ordering::Relaxed)
     }
 }
 

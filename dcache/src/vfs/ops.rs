@@ -9,6 +9,7 @@
 //! (`d_move`) under the global rename sequence count.
 
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
+use super::namei::WalkFlags;
 use super::path::check_path;
 use super::{At, DentryRef, Super, Vfs};
 use crate::cred::Cred;
@@ -64,7 +65,7 @@ impl Vfs {
                 }
             }
         } else {
-            self.walk_ref(at, parent_path, true, false, cred)?
+            self.walk_ref(at, parent_path, WalkFlags::follow(true), cred)?
         };
         match parent.inode() {
             Some(i) if i.kind() == FileType::Directory => {

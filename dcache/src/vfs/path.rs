@@ -114,6 +114,9 @@ struct Piece {
     ptr: *const u8,
     len: usize,
     pos: usize,
+    /// A symlink target borrowed from its inode's cache: valid only for
+    /// the read section that found it (see `Components::own_links`).
+    borrowed_link: bool,
 }
 
 impl Piece {
@@ -122,6 +125,7 @@ impl Piece {
             ptr: s.as_ptr(),
             len: s.len(),
             pos: 0,
+            borrowed_link: false,
         }
     }
     /// The piece's bytes, not tied to the borrow of the `Piece` (it is a
@@ -187,6 +191,13 @@ impl PieceStack {
             .map(|p| unsafe { p.assume_init_ref() })
             .chain(self.spill.iter())
     }
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Piece> {
+        self.inline[..self.len]
+            .iter_mut()
+            // SAFETY: entries below `len` were written by `push`.
+            .map(|p| unsafe { p.assume_init_mut() })
+            .chain(self.spill.iter_mut())
+    }
 }
 
 /// Iterates the components of a path, splicing in symlink targets.
@@ -200,6 +211,8 @@ pub(crate) struct Components<'a> {
     /// uniqueness; freed in Drop.
     owned: Vec<*mut [u8]>,
     links: u32,
+    /// Where the last component returned starts in `top` (`rewind`).
+    last_start: usize,
     _path: PhantomData<&'a [u8]>,
 }
 
@@ -210,8 +223,30 @@ impl<'a> Components<'a> {
             below: PieceStack::new(),
             owned: Vec::new(),
             links: 0,
+            last_start: 0,
             _path: PhantomData,
         }
+    }
+
+    /// Step back to the start of the component `next_comp` returned last
+    /// (the walk retries it in ref mode).
+    pub(crate) fn rewind(&mut self) {
+        self.top.pos = self.last_start;
+    }
+
+    /// Replace every symlink target borrowed from an inode's cache by a
+    /// copy of its own: the walk leaves the read section that kept them.
+    pub(crate) fn own_links(&mut self) {
+        let mut owned = std::mem::take(&mut self.owned);
+        for p in std::iter::once(&mut self.top).chain(self.below.iter_mut()) {
+            if p.borrowed_link {
+                let raw: *mut [u8] = Box::into_raw(p.bytes().to_vec().into_boxed_slice());
+                owned.push(raw);
+                p.ptr = raw as *const u8;
+                p.borrowed_link = false;
+            }
+        }
+        self.owned = owned;
     }
 
     #[inline(always)]
@@ -229,6 +264,7 @@ impl<'a> Components<'a> {
                 continue;
             }
             let start = pos;
+            self.last_start = start;
             let (end, hash, first) = scan_component(bytes, pos);
             // Look past the slashes after it now, so "is this the last
             // component" is one compare in the common case. The piece
@@ -276,7 +312,11 @@ impl<'a> Components<'a> {
     /// Returns ELOOP past MAX_SYMLINKS.
     pub(crate) fn push_link_borrowed(&mut self, target: &[u8]) -> Result<()> {
         self.count_link()?;
-        let old = std::mem::replace(&mut self.top, Piece::new(target));
+        let piece = Piece {
+            borrowed_link: true,
+            ..Piece::new(target)
+        };
+        let old = std::mem::replace(&mut self.top, piece);
         self.below.push(old);
         Ok(())
     }
@@ -290,6 +330,7 @@ impl<'a> Components<'a> {
             ptr: raw as *const u8,
             len: raw.len(),
             pos: 0,
+            borrowed_link: false,
         };
         let old = std::mem::replace(&mut self.top, piece);
         self.below.push(old);
@@ -396,6 +437,8 @@ pub(crate) trait CompSource {
     /// the rest. `Ok(false)`: this source cannot; the caller switches to one
     /// that can.
     fn push_link(&mut self, target: &[u8]) -> Result<bool>;
+    /// Step back to the start of the component returned last.
+    fn rewind(&mut self);
 }
 
 /// Paths up to this long take the padded fast path ([`OnePiece`]); longer
@@ -417,6 +460,8 @@ pub(super) struct OnePiece<'a> {
     pos: usize,
     /// Where the last component ended (before those slashes).
     end: usize,
+    /// Where the last component started.
+    start: usize,
 }
 
 impl<'a> OnePiece<'a> {
@@ -444,14 +489,17 @@ impl<'a> OnePiece<'a> {
             len: n,
             pos: 0,
             end: 0,
+            start: 0,
         }
     }
 
-    /// The unwalked rest of the path, from the last component's end: a
-    /// symlink handed to `Components` there must still see the slash after
-    /// it (`link/` must be a directory).
-    pub(super) fn rest(&self) -> &'a [u8] {
-        &self.buf[self.end..self.len]
+    /// Where the unwalked rest of the path starts: the last component's
+    /// end (a symlink handed to `Components` there must still see the
+    /// slash after it: `link/` must be a directory), or, after `rewind`,
+    /// the start of the component to retry. An offset into the copy, and
+    /// so into the path it was made from.
+    pub(super) fn rest_start(&self) -> usize {
+        self.end
     }
 
     #[inline(always)]
@@ -483,6 +531,7 @@ impl CompSource for OnePiece<'_> {
             return None;
         }
         let start = pos;
+        self.start = start;
         // A component ends at its first `/` or at the zero after the path.
         let (end, hash, first) = scan_name(
             start,
@@ -514,6 +563,11 @@ impl CompSource for OnePiece<'_> {
     fn push_link(&mut self, _target: &[u8]) -> Result<bool> {
         Ok(false)
     }
+
+    fn rewind(&mut self) {
+        self.pos = self.start;
+        self.end = self.start;
+    }
 }
 
 impl CompSource for Components<'_> {
@@ -524,6 +578,10 @@ impl CompSource for Components<'_> {
 
     fn push_link(&mut self, target: &[u8]) -> Result<bool> {
         self.push_link_borrowed(target).map(|()| true)
+    }
+
+    fn rewind(&mut self) {
+        Components::rewind(self)
     }
 }
 

@@ -12,6 +12,7 @@
 //! dropped) before it can be freed. Drop the section before blocking for
 //! long: an idle holder delays every free in the `Vfs`.
 
+use super::namei::Walked;
 use super::{At, StatMode, Vfs};
 use crate::cred::Cred;
 use crate::errno::Result;
@@ -49,7 +50,9 @@ pub const REFRESH_EVERY: u32 = 64;
 /// ```
 pub struct ReadSection<'v> {
     vfs: &'v Vfs,
-    guard: RcuGuard<'v>,
+    /// `None` only while a walk rcu mode could not finish goes on in ref
+    /// mode: that may block on the backend, which no read section may.
+    guard: Option<RcuGuard<'v>>,
     left: u32,
     every: u32,
 }
@@ -65,7 +68,7 @@ impl Vfs {
         let every = every.max(1);
         ReadSection {
             vfs: self,
-            guard: self.sb().rcu.read_lock(),
+            guard: Some(self.sb().rcu.read_lock()),
             left: every,
             every,
         }
@@ -77,7 +80,9 @@ impl ReadSection<'_> {
     fn tick(&mut self) {
         self.left -= 1;
         if self.left == 0 {
-            self.guard.refresh();
+            if let Some(g) = &mut self.guard {
+                g.refresh();
+            }
             self.left = self.every;
         }
     }
@@ -101,12 +106,20 @@ impl ReadSection<'_> {
         let path = path.as_ref();
         self.tick();
         super::path::check_path(path)?;
-        match self
-            .vfs
-            .try_stat_rcu_in(&self.guard, at, path, follow, StatMode::RefFree, cred)
-        {
-            Some(r) => r,
-            None => self.vfs.stat_ref(at, path, follow, cred),
-        }
+        let mut a = std::mem::MaybeUninit::uninit();
+        let w = {
+            let vfs = self.vfs;
+            let g = &*self.guard.get_or_insert_with(|| vfs.sb().rcu.read_lock());
+            match vfs.stat_rcu_in(g, cred, at, path, follow, StatMode::RefFree, &mut a) {
+                // SAFETY: an rcu-mode answer wrote the attributes.
+                Walked::Rcu(()) => return Ok(unsafe { a.assume_init() }),
+                Walked::Err(e) => return Err(e),
+                Walked::Unlazied(w) => w,
+            }
+        };
+        // Leave the section for the ref-mode rest (it may block on the
+        // backend); the next call enters a new one.
+        self.guard = None;
+        self.vfs.stat_ref(w, cred, follow)
     }
 }

@@ -1,92 +1,20 @@
-//! ref-walk: redo the whole path holding a counted reference on the current
-//! directory, calling the backend for misses under the directory's
-//! `i_rwsem` (shared), and caching the result — negative results too, so the
-//! next miss is answered by rcu-walk.
+//! One component with references (Linux's `lookup_fast` and
+//! `lookup_slow`): the hash table first, then the backend under the
+//! directory's `i_rwsem` (shared), caching the result — negative results
+//! too, so the next miss is answered by rcu-walk. Ref-mode walks
+//! ([`super::namei`]) and the namespace operations call it.
 
 use std::ptr::NonNull;
 
 use super::dcache::{d_alloc_hashed, d_drop};
-use super::path::Components;
-use super::{At, DentryRef, Super, Vfs};
-use crate::cred::Cred;
+use super::{DentryRef, Super, Vfs};
 use crate::dentry::{name_hash, D_HASHED};
 use crate::errno::{Errno, Result};
-use crate::fs::{Validity, NAME_MAX};
+use crate::fs::Validity;
 use crate::inode::Inode;
-use crate::permission::may_search;
 use crate::table::RcuHit;
 
 impl Vfs {
-    /// ref-walk `path` from `at` holding references. Returns the final
-    /// dentry, which is negative only with `allow_negative`.
-    pub(crate) fn walk_ref<'v>(
-        &'v self,
-        at: At<'_>,
-        path: &[u8],
-        follow_last: bool,
-        allow_negative: bool,
-        cred: &Cred,
-    ) -> Result<DentryRef<'v>> {
-        let sb = self.sb();
-        sb.counters
-            .ref_walks
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut cur = match at {
-            At::Dir(d) if path.first() != Some(&b'/') => {
-                self.check_owned(d)?;
-                DentryRef::try_get(d).ok_or(Errno::ENOENT)?
-            }
-            _ => self.root(),
-        };
-        let mut comps = Components::new(path);
-        while let Some(comp) = comps.next_comp() {
-            let (name, last, must_dir) = (comp.name, comp.last, comp.must_dir);
-            let Some(dir) = cur.inode() else {
-                return Err(Errno::ENOENT);
-            };
-            if !dir.is_dir() {
-                return Err(Errno::ENOTDIR);
-            }
-            may_search(cred, dir.perm())?;
-            if name.len() > NAME_MAX {
-                return Err(Errno::ENAMETOOLONG);
-            }
-            if name == b"." {
-                continue;
-            }
-            if name == b".." {
-                if cur.as_ptr() != sb.root() {
-                    cur = cur.parent();
-                }
-                continue;
-            }
-            let d = self.lookup_one(&cur, name, false)?;
-            let Some(inode) = d.inode() else {
-                if last && allow_negative {
-                    cur = d;
-                    break;
-                }
-                return Err(Errno::ENOENT);
-            };
-            if inode.is_symlink() && (!last || follow_last || must_dir) {
-                let target = self.read_link(inode)?;
-                if target.is_empty() {
-                    return Err(Errno::ENOENT);
-                }
-                if target[0] == b'/' {
-                    cur = self.root();
-                }
-                comps.push_link_owned(target)?;
-                continue;
-            }
-            if must_dir && !inode.is_dir() {
-                return Err(Errno::ENOTDIR);
-            }
-            cur = d;
-        }
-        Ok(cur)
-    }
-
     /// A symlink's target, from the inode's cache or the backend (cached).
     pub(crate) fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
         if let Some(t) = inode.cached_link() {
