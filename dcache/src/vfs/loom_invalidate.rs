@@ -10,7 +10,7 @@ use std::sync::Arc as StdArc;
 use super::{At, Config, Vfs};
 use crate::errno::Errno;
 use crate::fs::memfs::MemFs;
-use crate::fs::FileSystem;
+use crate::fs::{Ctx, FileSystem};
 use crate::sync::{thread, Arc};
 
 fn builder() -> loom::model::Builder {
@@ -54,7 +54,7 @@ fn loom_invalidate_create_vs_lookup() {
         // The backend is not modelled (std locks): a loom switch point
         // first, so the lookup can also run before the change.
         thread::yield_now();
-        fs.create(p, b"x", 0o644).unwrap();
+        fs.create(p, b"x", 0o644, Ctx::ROOT).unwrap();
         vfs.invalidate_entry(p, b"x");
         t.join().unwrap();
         assert!(
