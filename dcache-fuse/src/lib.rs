@@ -26,8 +26,11 @@
 //!   unmount report `dcache: unmounted, N nodes still referenced`.
 //! - [`options`], [`backend`], [`session`]: the mount options, the
 //!   backends, and mounting ([`mount`], or [`session::serve`] for the
-//!   `dcache mount` command line), signals, pruning the kernel's cache and
-//!   unmounting.
+//!   `dcache mount` command line). `session`'s private parts, one idea
+//!   each: `mountpoint` (the check before mounting, and unmounting only
+//!   the mount this process made), `mountinfo` (its parser of
+//!   /proc/self/mountinfo), `prune` (pruning the kernel's cache), `signals`
+//!   (the signal thread) and `daemon` (going to the background).
 //! - [`poll`]: one worker busy-polls /dev/fuse while requests keep coming
 //!   and CPUs are free ([`crate::pollgate`] decides when).
 //! - `testing` (hidden): mount a memfs tree through the daemon for this

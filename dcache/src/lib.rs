@@ -29,7 +29,8 @@
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
 //! - [`lookupcount`]: the FUSE lookup count kept on an inode.
 //! - [`file`](mod@file): a `struct file` and a file-descriptor table over a `Vfs`.
-//! - [`layout`]: pahole-style field layouts of the hot structures.
+//! - [`layout`]: pahole-style field layouts of the hot structures (the
+//!   registry); [`pahole`]: the layout types and the printer they use.
 //!
 //! All lock-free code reaches atomics through one module, so it also builds
 //! under loom (`RUSTFLAGS="--cfg loom"`).
@@ -53,6 +54,7 @@ pub mod inode;
 pub mod layout;
 pub mod lockref;
 pub mod lookupcount;
+pub mod pahole;
 pub mod permission;
 // For dcache-bench (`Reclaim`, the reclamation-crate knob); not part of the
 // supported API.

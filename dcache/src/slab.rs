@@ -31,7 +31,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::cache_aligned::CACHE_LINE;
-use crate::sync::Mutex;
+use crate::sync::{LockExt, Mutex};
 
 /// The first chunk's slots (later chunks double, up to `MAX_CHUNK_BYTES`).
 const MIN_SLOTS: usize = 16;
@@ -123,7 +123,7 @@ impl<T> Slab<T> {
     /// Move `value` into a slot; the pointer stays valid until `free`.
     pub fn alloc(&self, value: T) -> NonNull<T> {
         let slot = {
-            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut g = self.inner.lock_unpoisoned();
             g.take::<T>()
         };
         // SAFETY: `take` returned a slot of `size_of::<T>()` bytes, aligned
@@ -141,7 +141,7 @@ impl<T> Slab<T> {
     pub unsafe fn free(&self, p: NonNull<T>) {
         // SAFETY: a live `T` we are the last user of (caller's contract).
         unsafe { std::ptr::drop_in_place(p.as_ptr()) };
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.lock_unpoisoned();
         let slot = p.as_ptr().cast::<u8>();
         // SAFETY: the slot is ours again and, by `SLOT_FITS`, large and
         // aligned enough for the link.
@@ -152,12 +152,12 @@ impl<T> Slab<T> {
 
     /// Objects allocated and not freed.
     pub fn live(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).live
+        self.inner.lock_unpoisoned().live
     }
 
     /// Bytes of chunks held (live objects, free slots and the uncarved rest).
     pub fn footprint(&self) -> usize {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.inner.lock_unpoisoned();
         g.chunks.iter().map(|(_, l)| l.size()).sum()
     }
 }
@@ -219,7 +219,7 @@ impl<T> Drop for Slab<T> {
     /// Frees the chunks. Objects still allocated are not dropped: the owner
     /// frees (or forgets) every object before dropping its slab.
     fn drop(&mut self) {
-        let g = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        let g = self.inner.get_mut_unpoisoned();
         for (chunk, layout) in g.chunks.drain(..) {
             // SAFETY: allocated in `take` with exactly this layout, freed once.
             unsafe { dealloc(chunk.as_ptr(), layout) };

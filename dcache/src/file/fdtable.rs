@@ -18,10 +18,8 @@
 //! sharing a table and hammering one descriptor share it, as they share the
 //! file's count anyway.
 
-use std::sync::PoisonError;
-
 use crate::errno::{Errno, Result};
-use crate::sync::{spin_hint, yield_now, AtomicPtr, Mutex, Ordering};
+use crate::sync::{spin_hint, yield_now, AtomicPtr, LockExt, Mutex, Ordering};
 
 use super::{FileRef, Layout};
 
@@ -122,10 +120,7 @@ impl<T: Send + Sync, L: Layout> FdTable<T, L> {
 
     /// Descriptors in use.
     pub fn open_fds(&self) -> usize {
-        self.alloc
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .open
+        self.alloc.lock_unpoisoned().open
     }
 
     fn slot(&self, fd: Fd) -> Result<&AtomicPtr<L::Repr<T>>> {
@@ -140,7 +135,7 @@ impl<T: Send + Sync, L: Layout> FdTable<T, L> {
     /// is dropped.
     pub fn install(&self, file: FileRef<T, L>) -> Result<Fd> {
         let fd = {
-            let mut a = self.alloc.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut a = self.alloc.lock_unpoisoned();
             a.take_lowest(self.slots.len())
         };
         let Some(fd) = fd else {
@@ -254,10 +249,7 @@ impl<T: Send + Sync, L: Layout> FdTable<T, L> {
         // Relaxed: the alloc mutex orders this store before the descriptor
         // can be handed out again.
         slot.store(std::ptr::null_mut(), Ordering::Relaxed);
-        self.alloc
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .free(fd as usize);
+        self.alloc.lock_unpoisoned().free(fd as usize);
         // SAFETY: the slot held the table's reference to this file; it is
         // cleared, so the reference passes to us exactly once.
         Ok(unsafe { FileRef::from_raw(untag(w)) })

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use super::FMODE_BORROWED_FS;
 use crate::cache_aligned::{CacheAligned, CACHE_LINE};
 use crate::fs::{FileSystem, Ino};
-use crate::layout::{short_type_name, FieldLayout, TypeLayout};
+use crate::pahole::{short_type_name, FieldLayout, TypeLayout};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex};
 
 /// What `open` produced; the cold, read-mostly part of a file.

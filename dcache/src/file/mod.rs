@@ -19,11 +19,11 @@ mod layout;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop};
 use std::ptr::NonNull;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use crate::errno::{Errno, Result};
 use crate::fs::{FileSystem, Ino};
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, LockExt, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
 pub use layout::{
@@ -284,11 +284,7 @@ impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// Run `io` at the current position and advance it by what it moved.
     fn with_pos(&self, io: impl FnOnce(u64) -> Result<usize>) -> Result<usize> {
         let f = self.f();
-        let _guard = (f.f_mode() & FMODE_ATOMIC_POS != 0).then(|| {
-            f.f_pos_lock()
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        });
+        let _guard = (f.f_mode() & FMODE_ATOMIC_POS != 0).then(|| f.f_pos_lock().lock_unpoisoned());
         // Relaxed: with FMODE_ATOMIC_POS the lock orders position updates;
         // without it concurrent users race on the position, as in Linux.
         let pos = f.f_pos().load(Ordering::Relaxed);

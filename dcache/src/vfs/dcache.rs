@@ -22,7 +22,7 @@ use crate::dentry::{
 use crate::fs::{Attr, FileType, Ino};
 use crate::inode::Inode;
 use crate::lockref::LockRefGuard;
-use crate::sync::Ordering;
+use crate::sync::{LockExt, Ordering};
 
 /// The unused-dentry lists: negative entries are reclaimed first.
 #[derive(Default)]
@@ -273,7 +273,7 @@ impl InodeMap {
 /// The inode object for `attr.ino`, shared by all its dentries; takes one
 /// dentry reference on it, for dentry `d`. Refreshes the cached attributes.
 pub(crate) fn iget(sb: &Super, attr: &Attr, d: *const Dentry) -> *mut Inode {
-    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let mut map = sb.inodes.lock_unpoisoned();
     let found = map.get(attr.ino).filter(|p| {
         // SAFETY: mapped inodes are live (removed from the map before free).
         let i = unsafe { p.as_ref() };
@@ -316,7 +316,7 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode, d: *const Dentry) {
     let i = unsafe { &*inode };
     // SAFETY: the caller's reference kept it live, so not null.
     let p = unsafe { NonNull::new_unchecked(inode) };
-    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let mut map = sb.inodes.lock_unpoisoned();
     if i.is_dir() {
         // SAFETY: the caller's dentry is allocated, so not null.
         map.remove_alias(p, unsafe { NonNull::new_unchecked(d.cast_mut()) });
@@ -485,7 +485,7 @@ fn retain_or_kill(dp: *mut Dentry, d: &Dentry, g: LockRefGuard<'_>) -> Option<*m
         let mut over = false;
         if d.flags() & D_LRU_LIST == 0 {
             d.set_flags(D_LRU_LIST);
-            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lru = sb.lru.lock_unpoisoned();
             // SAFETY: dp is not null.
             let p = unsafe { NonNull::new_unchecked(dp) };
             if d.inode_ptr().is_null() {
@@ -589,7 +589,7 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
             break;
         }
         let popped = {
-            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lru = sb.lru.lock_unpoisoned();
             if only_over && negatives_over && !lru.negative.is_empty() {
                 lru.negative.pop_front()
             } else {
@@ -623,7 +623,7 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
             d.clear_flags(D_REFERENCED);
             d.set_flags(D_LRU_LIST);
             sb.counters.unused.fetch_add(1, StdOrdering::Relaxed);
-            let mut lru = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+            let mut lru = sb.lru.lock_unpoisoned();
             if d.inode_ptr().is_null() {
                 lru.negative.push_back(p);
             } else {
@@ -667,7 +667,7 @@ pub(crate) fn teardown(sb: &Super) -> bool {
     {
         // Killed dentries still on a list are not in the table; the lists
         // own their memory, so they are freed here too.
-        let mut guard = sb.lru.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = sb.lru.lock_unpoisoned();
         let lru = &mut *guard;
         for p in lru.negative.drain(..).chain(lru.positive.drain(..)) {
             // SAFETY: listed dentries are alive (owned by the list).
@@ -694,7 +694,7 @@ pub(crate) fn teardown(sb: &Super) -> bool {
         // came from.
         unsafe { sb.dentry_cache.free(NonNull::new_unchecked(d)) };
     }
-    let mut map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let mut map = sb.inodes.lock_unpoisoned();
     map.alias.clear();
     map.more_aliases.clear();
     let mut seen = std::collections::HashSet::new();

@@ -16,7 +16,7 @@ use crate::dentry::name_hash;
 use crate::fs::invalidate::Target;
 use crate::fs::{Attr, Ino, Invalidation, Invalidator, NAME_MAX};
 use crate::inode::Inode;
-use crate::sync::RwLock;
+use crate::sync::{LockExt, RwLock, RwLockExt};
 use crate::table::RcuHit;
 
 /// A listener (see [`Vfs::subscribe`]).
@@ -46,26 +46,19 @@ impl Hub {
 
     /// Point reports at `sb` (once, when the `Vfs` is built).
     pub(crate) fn attach(&self, sb: NonNull<Super>) {
-        self.sb.write().unwrap_or_else(|e| e.into_inner()).0 = Some(sb);
+        self.sb.write_unpoisoned().0 = Some(sb);
     }
 
     /// Stop acting on the Super, waiting for reports in progress; drop the
     /// listeners (what they hold goes with the `Vfs`).
     pub(crate) fn detach(&self) {
-        self.sb.write().unwrap_or_else(|e| e.into_inner()).0 = None;
-        self.listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.sb.write_unpoisoned().0 = None;
+        self.listeners.write_unpoisoned().clear();
     }
 
     fn notify(&self, what: Invalidation<'_>) {
         // A copy of the list, so a listener may subscribe another.
-        let ls: Vec<Arc<Listener>> = self
-            .listeners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let ls: Vec<Arc<Listener>> = self.listeners.read_unpoisoned().clone();
         for l in ls {
             l(what);
         }
@@ -75,7 +68,7 @@ impl Hub {
 impl Target for Hub {
     fn entry(&self, dir: Ino, name: &[u8]) {
         {
-            let a = self.sb.read().unwrap_or_else(|e| e.into_inner());
+            let a = self.sb.read_unpoisoned();
             if let Some(sb) = a.0 {
                 // SAFETY: attached, so the Vfs (and its Super) is alive
                 // until we release the read lock.
@@ -87,7 +80,7 @@ impl Target for Hub {
 
     fn inode(&self, ino: Ino, attr: Option<&Attr>) {
         {
-            let a = self.sb.read().unwrap_or_else(|e| e.into_inner());
+            let a = self.sb.read_unpoisoned();
             if let Some(sb) = a.0 {
                 // SAFETY: as in `entry`.
                 refresh_inode(unsafe { sb.as_ref() }, ino, attr);
@@ -111,7 +104,7 @@ fn drop_entry(sb: &Super, dir: Ino, name: &[u8]) {
     // Counted references on the directory's dentries, taken under the map
     // lock, where every listed alias is live (see `InodeMap::aliases`).
     let aliases: Vec<DentryRef<'_>> = {
-        let map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let map = sb.inodes.lock_unpoisoned();
         let Some(p) = map.get(dir) else { return };
         map.aliases(p)
             // SAFETY: listed aliases are live while the lock is held.
@@ -124,7 +117,7 @@ fn drop_entry(sb: &Super, dir: Ino, name: &[u8]) {
     // Wait out lookups of this directory that are asking the backend (they
     // hold the lock shared and insert what they find): one of them that
     // read the old state cannot cache it after we return.
-    let _dir = inode.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
+    let _dir = inode.i_rwsem.write_unpoisoned();
     let hash = name_hash(name);
     for a in &aliases {
         let child = {
@@ -147,7 +140,7 @@ fn drop_entry(sb: &Super, dir: Ino, name: &[u8]) {
 /// Replace the cached attributes of `ino` (if it is cached).
 fn refresh_inode(sb: &Super, ino: Ino, attr: Option<&Attr>) {
     let cached = |sb: &Super| {
-        let map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let map = sb.inodes.lock_unpoisoned();
         map.get(ino).is_some()
     };
     let fresh;
@@ -173,7 +166,7 @@ fn refresh_inode(sb: &Super, ino: Ino, attr: Option<&Attr>) {
     }
     // Under the map lock the mapped inode is live; writing its attributes
     // there is iget's order too (map lock, then the inode's i_seq).
-    let map = sb.inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let map = sb.inodes.lock_unpoisoned();
     if let Some(p) = map.get(ino) {
         // SAFETY: mapped inodes are live.
         let i: &Inode = unsafe { p.as_ref() };
@@ -235,8 +228,7 @@ impl Vfs {
         self.sb()
             .hub
             .listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .write_unpoisoned()
             .push(Arc::new(listener));
     }
 }

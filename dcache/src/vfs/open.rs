@@ -14,6 +14,7 @@ use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
 use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, generic_permission, may_create, open_mask};
+use crate::sync::RwLockExt;
 
 /// An open file: a counted reference to a split-layout file (the count,
 /// position lock and position alone on one cache line, the read-mostly
@@ -187,7 +188,7 @@ impl Vfs {
             return Err(Errno::EISDIR);
         }
         let dir = parent.inode().ok_or(Errno::ENOENT)?;
-        let w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
+        let w = dir.i_rwsem.write_unpoisoned();
         let d = self.lookup_one(&parent, name, true)?;
         if d.is_negative() {
             may_create(cred, dir.perm())?;

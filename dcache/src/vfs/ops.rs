@@ -20,7 +20,7 @@ use crate::inode::Inode;
 use crate::permission::{
     self, generic_permission, may_create, may_delete, may_search, MAY_READ, MAY_WRITE,
 };
-use crate::sync::Ordering;
+use crate::sync::{LockExt, Ordering, RwLockExt};
 
 /// Split `path` into (parent path, last component, trailing slash).
 pub(super) fn split_last(path: &[u8]) -> (&[u8], &[u8], bool) {
@@ -109,7 +109,7 @@ impl Vfs {
             return Err(Errno::EEXIST);
         }
         let dir = parent.inode().ok_or(Errno::ENOENT)?;
-        let _w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
+        let _w = dir.i_rwsem.write_unpoisoned();
         let d = self.lookup_one(&parent, name, true)?;
         if !d.is_negative() {
             return Err(Errno::EEXIST);
@@ -316,7 +316,7 @@ impl Vfs {
         }
         let sb = self.sb();
         let dir = parent.inode().ok_or(Errno::ENOENT)?;
-        let _w = dir.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
+        let _w = dir.i_rwsem.write_unpoisoned();
         let d = self.lookup_one(&parent, name, true)?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         may_delete(cred, dir.perm(), inode.perm().uid)?;
@@ -369,18 +369,18 @@ impl Vfs {
         let sb = self.sb();
         let odir = op.inode().ok_or(Errno::ENOENT)?;
         let ndir = np.inode().ok_or(Errno::ENOENT)?;
-        let _rl = sb.rename_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _rl = sb.rename_lock.lock_unpoisoned();
         let same_dir = std::ptr::eq(odir, ndir);
         let (first, second) = if (odir as *const Inode) < (ndir as *const Inode) {
             (odir, ndir)
         } else {
             (ndir, odir)
         };
-        let _w1 = first.i_rwsem.write().unwrap_or_else(|e| e.into_inner());
+        let _w1 = first.i_rwsem.write_unpoisoned();
         let _w2 = if same_dir {
             None
         } else {
-            Some(second.i_rwsem.write().unwrap_or_else(|e| e.into_inner()))
+            Some(second.i_rwsem.write_unpoisoned())
         };
         let od = self.lookup_one(&op, oname, true)?;
         let oinode = od.inode().ok_or(Errno::ENOENT)?;

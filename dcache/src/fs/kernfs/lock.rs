@@ -6,9 +6,10 @@
 //! the two with nothing else changed.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::PoisonError;
 
-use crate::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{
+    LockExt, Mutex, MutexGuard, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard,
+};
 
 /// Which lock guards the kernfs tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,28 +45,19 @@ impl<T> TreeLock<T> {
         }
     }
 
-    // Poisoning is ignored: the tree is only changed by code in this module,
-    // which does not call user closures while holding the lock, so a panic
-    // elsewhere cannot leave it half-updated.
+    // Poisoning is ignored (no user closure runs under the lock; see
+    // `crate::sync::LockExt`).
     pub(super) fn read(&self) -> ReadGuard<'_, T> {
         match self {
-            TreeLock::Mutex(m) => {
-                ReadGuard::Mutex(m.lock().unwrap_or_else(PoisonError::into_inner))
-            }
-            TreeLock::RwLock(l) => {
-                ReadGuard::RwLock(l.read().unwrap_or_else(PoisonError::into_inner))
-            }
+            TreeLock::Mutex(m) => ReadGuard::Mutex(m.lock_unpoisoned()),
+            TreeLock::RwLock(l) => ReadGuard::RwLock(l.read_unpoisoned()),
         }
     }
 
     pub(super) fn write(&self) -> WriteGuard<'_, T> {
         match self {
-            TreeLock::Mutex(m) => {
-                WriteGuard::Mutex(m.lock().unwrap_or_else(PoisonError::into_inner))
-            }
-            TreeLock::RwLock(l) => {
-                WriteGuard::RwLock(l.write().unwrap_or_else(PoisonError::into_inner))
-            }
+            TreeLock::Mutex(m) => WriteGuard::Mutex(m.lock_unpoisoned()),
+            TreeLock::RwLock(l) => WriteGuard::RwLock(l.write_unpoisoned()),
         }
     }
 }

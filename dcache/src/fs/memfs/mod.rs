@@ -35,10 +35,11 @@ mod inode;
 mod rename;
 mod tree;
 
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileSystem, FileType, Ino, RenameFlags, SetAttr, StatFs};
+use crate::sync::RwLockExt;
 use tree::{Tree, ROOT};
 
 /// How many entries `readdir` copies out per lock hold.
@@ -139,14 +140,14 @@ impl MemFs {
         self
     }
 
-    // A panic while holding the lock cannot leave a half-done change: every
-    // operation checks before it mutates. So a poisoned lock is still sound.
+    // Poisoning is ignored (every operation checks before it mutates; see
+    // `crate::sync::LockExt`).
     fn read_lock(&self) -> RwLockReadGuard<'_, Tree> {
-        self.tree.read().unwrap_or_else(PoisonError::into_inner)
+        self.tree.read_unpoisoned()
     }
 
     fn write_lock(&self) -> RwLockWriteGuard<'_, Tree> {
-        self.tree.write().unwrap_or_else(PoisonError::into_inner)
+        self.tree.write_unpoisoned()
     }
 
     /// The inode at `path` (relative to the root, `/`-separated, `.` and

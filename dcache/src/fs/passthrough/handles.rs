@@ -10,7 +10,7 @@ use std::sync::RwLock;
 
 use crate::errno::{Errno, Result};
 use crate::fs::Ino;
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, RwLockExt};
 
 pub(crate) struct Handle {
     ino: Ino,
@@ -42,16 +42,13 @@ impl HandleTable {
         // the map's lock.
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let h = Arc::new(Handle { ino, fd });
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, h);
+        self.map.write_unpoisoned().insert(fh, h);
         fh
     }
 
     /// The handle `fh`, which must have been opened on `ino`; EBADF otherwise.
     pub(crate) fn get(&self, ino: Ino, fh: u64) -> Result<Arc<Handle>> {
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.read_unpoisoned();
         match map.get(&fh) {
             Some(h) if h.ino == ino => Ok(h.clone()),
             _ => Err(Errno::EBADF),
@@ -60,7 +57,7 @@ impl HandleTable {
 
     pub(crate) fn remove(&self, ino: Ino, fh: u64) -> Result<()> {
         let removed = {
-            let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.map.write_unpoisoned();
             match map.get(&fh) {
                 Some(h) if h.ino == ino => map.remove(&fh),
                 _ => return Err(Errno::EBADF),
@@ -72,6 +69,6 @@ impl HandleTable {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.map.read_unpoisoned().len()
     }
 }

@@ -24,7 +24,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::sys::{self, HostKey};
 use crate::errno::{Errno, Result};
 use crate::fs::{FileType, Ino};
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, LockExt, Ordering, RwLockExt};
 
 /// Our inode number for the served directory.
 pub const ROOT_INO: Ino = 1;
@@ -125,7 +125,7 @@ impl InodeTable {
         if key.0 == self.root_key.0 && key.1 != ROOT_INO && key.1 < FOREIGN_BASE {
             return key.1;
         }
-        let mut m = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.foreign.lock_unpoisoned();
         *m.entry(key).or_insert_with(|| {
             // Relaxed: numbers only need to be distinct; the map's lock
             // publishes them.
@@ -133,14 +133,14 @@ impl InodeTable {
         })
     }
 
-    // A panic cannot happen while the lock is held (only hash-map calls run
-    // under it), so a poisoned lock still guards consistent maps.
+    // Poisoning is ignored (only hash-map calls run under the lock; see
+    // `crate::sync::LockExt`).
     fn read(&self) -> RwLockReadGuard<'_, Maps> {
-        self.maps.read().unwrap_or_else(|e| e.into_inner())
+        self.maps.read_unpoisoned()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Maps> {
-        self.maps.write().unwrap_or_else(|e| e.into_inner())
+        self.maps.write_unpoisoned()
     }
 
     /// The entry for `ino`; ESTALE for one never handed out or forgotten.

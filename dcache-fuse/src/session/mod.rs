@@ -1,0 +1,313 @@
+//! Mounting and serving: the `dcache mount` daemon ([`serve`]) and
+//! in-process mounts for tests and benchmarks ([`mount`]).
+//!
+//! The daemon mounts (and completes the FUSE handshake) before anything
+//! else, so a bad mount point or a missing /dev/fuse is reported while the
+//! caller still waits. Without `-f` it then forks like libfuse's
+//! `fuse_daemonize`: the parent exits 0, the child leaves the session and
+//! the working directory and serves; stdin and stdout go to /dev/null but
+//! stderr is kept, so the unmount report still reaches whoever started it.
+//!
+//! SIGINT, SIGTERM and SIGHUP prune the kernel's cache and unmount;
+//! `fusermount3 -u` or `umount` end the session the same way, but without
+//! warning. SIGUSR1 prunes and prints the count without unmounting.
+//!
+//! The parts, each depending only on those listed after it:
+//! - `signals`: the one thread that takes the signals (`sigwait`).
+//! - `daemon`: going to the background (fork, the pipe the parent waits
+//!   on).
+//! - `prune`: making the kernel forget what it caches but does not use.
+//! - `mountpoint`: the check before mounting (a dead dcache mount is
+//!   detached) and `OwnMount`, the mount this process made, the only one
+//!   it ever unmounts. fuser's own unmount (by path, when its session or
+//!   `BackgroundSession` is dropped) is never let run.
+//! - `mountinfo`: the parser of /proc/self/mountinfo.
+
+mod daemon;
+mod mountinfo;
+mod mountpoint;
+mod prune;
+mod signals;
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use fuser::{BackgroundSession, INodeNo, Notifier, Session};
+
+use dcache::fs::FileSystem;
+use dcache::Vfs;
+
+use self::mountpoint::{preflight, OwnMount};
+use self::prune::Pruner;
+use super::backend::Backend;
+use super::fs::{DcacheFs, FsConfig, InvalSlot, KernelInval};
+use super::options::{MountOptions, DEFAULT_SUBTYPE};
+use super::poll::Poller;
+use super::stats::{Report, Stats};
+
+/// What `dcache mount` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ServeRequest {
+    /// What to serve.
+    pub backend: Backend,
+    /// Where to mount it.
+    pub mountpoint: PathBuf,
+    /// The `-o` options.
+    pub options: MountOptions,
+    /// `-f`: stay in the foreground.
+    pub foreground: bool,
+    /// `-s`: one worker thread.
+    pub single_threaded: bool,
+}
+
+fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsConfig {
+    FsConfig {
+        timeouts: options.timeouts,
+        readdirplus: options.readdirplus,
+        direct_io: options.direct_io.unwrap_or(default_direct_io),
+        check_permissions: !options.default_permissions,
+        log,
+    }
+}
+
+/// Mount, serve until unmounted, print the report. Returns the report.
+///
+/// Without `-f` the process forks first (after checking the mount point)
+/// and the child builds the backend, mounts and serves, while the parent
+/// waits until the child reports the mount made (exit 0) or failed (the
+/// child's message on stderr, exit 1). Building the backend in the child
+/// lets it start threads (dcache-etcd's runtime and watch): `fork` keeps
+/// only the calling thread.
+pub fn serve(req: &ServeRequest) -> Result<Report, String> {
+    let subtype = req.options.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
+    let at = preflight(&req.mountpoint, subtype)?;
+    // Before any thread exists, so that every thread inherits the mask.
+    let signals = signals::block()?;
+    let ready = if req.foreground {
+        None
+    } else {
+        Some(daemon::detach()?)
+    };
+    let started = start_serving(req, &at);
+    if let Some(r) = ready {
+        // The parent exits now: 0, or 1 with the message.
+        r.tell(started.as_ref().map(|_| ()).map_err(|m| m.as_str()));
+    }
+    let (session, own, report, stats) = started?;
+    let pruner = Pruner {
+        notifier: session.notifier(),
+        mountpoint: at,
+        stats,
+    };
+    signals::spawn_waiter(signals, own, pruner)?;
+    join(session).map_err(|e| format!("session: {e}"))?;
+    report
+        .get()
+        .copied()
+        .ok_or_else(|| "session ended without a report".to_string())
+}
+
+type Started = (
+    BackgroundSession,
+    OwnMount,
+    Arc<OnceLock<Report>>,
+    Arc<Stats>,
+);
+
+/// Build the backend, mount it on `at` and start the workers: everything
+/// `serve` does in the process that serves.
+fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
+    let backend = req.backend.build()?;
+    let vfs = Vfs::new(backend).map_err(|e| format!("backend root: {e}"))?;
+    let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
+    let fs = DcacheFs::new(vfs, cfg);
+    let report = fs.report_slot();
+    let stats = fs.stats();
+    let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
+    let config = req
+        .options
+        .fuser_config(req.single_threaded, &req.backend.fsname());
+    let session = Session::new(fs, at, &config)
+        .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
+    let own = OwnMount::record(at)
+        .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
+    if let Some(w) = req.options.poll_window(req.single_threaded) {
+        let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
+        let _ = poll.set(p);
+    }
+    let session = session.spawn().map_err(|e| format!("session: {e}"))?;
+    start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
+    Ok((session, own, report, stats))
+}
+
+/// Wait for a session's threads to finish, without ever letting fuser
+/// unmount (see `mountpoint`): the `BackgroundSession` is not dropped,
+/// so fuser's `Mount` in it never runs its unmount-by-path. Its
+/// /dev/fuse descriptor stays open (a connection that is already gone).
+fn join(bg: BackgroundSession) -> io::Result<()> {
+    let bg = ManuallyDrop::new(bg);
+    // SAFETY: `guard` is a public field, read out exactly once; `bg` is
+    // never used or dropped afterwards, so nothing is dropped twice (its
+    // other fields are leaked on purpose).
+    let guard = unsafe { std::ptr::read(&bg.guard) };
+    guard
+        .join()
+        .map_err(|_| io::Error::other("session thread panicked"))?
+}
+
+/// Leave a session's threads running and its mount alone: a mount that
+/// could not be unmounted (busy, or another mount sits on it), whose
+/// threads would never end.
+fn abandon(bg: BackgroundSession) {
+    let _ = ManuallyDrop::new(bg);
+}
+
+/// A thread that sends the kernel the invalidations handlers queue (a
+/// handler must not send one itself: the kernel may hold the locks the
+/// notification needs until that very handler replies) and those the
+/// backend reports through the Vfs. It ends when the filesystem, which
+/// holds the sender, is gone.
+fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<KernelInval>();
+    std::thread::Builder::new()
+        .name("dcache-inval".into())
+        .spawn(move || {
+            for msg in rx {
+                // ENOENT: the kernel held nothing of that name or node.
+                let _ = match msg {
+                    KernelInval::Entry { parent, name } => {
+                        notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name))
+                    }
+                    // Offset 0, length 0: the attributes and every cached
+                    // page.
+                    KernelInval::Inode { node } => notifier.inval_inode(INodeNo(node), 0, 0),
+                };
+            }
+        })?;
+    let _ = slot.set(std::sync::Mutex::new(tx));
+    Ok(())
+}
+
+/// A backend mounted by this process (worker threads in the background).
+/// Dropping it unmounts.
+pub struct Mounted {
+    session: Option<BackgroundSession>,
+    own: OwnMount,
+    report: Arc<OnceLock<Report>>,
+    poll: Arc<OnceLock<Arc<Poller>>>,
+    pruner: Pruner,
+    path: PathBuf,
+}
+
+impl Mounted {
+    /// The mount point (canonical).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The busy-poller, if this mount polls (`poll_us`, [`super::poll`]).
+    pub fn poller(&self) -> Option<&Arc<Poller>> {
+        self.poll.get()
+    }
+
+    /// The counts now.
+    pub fn stats(&self) -> Report {
+        self.pruner.stats.report()
+    }
+
+    /// Make the kernel forget what it does not use; returns the counts.
+    pub fn prune(&self) -> Report {
+        self.pruner.prune()
+    }
+
+    /// Prune, unmount, wait for the workers, and return the report.
+    pub fn unmount(mut self) -> io::Result<Report> {
+        self.pruner.prune();
+        self.stop()?;
+        self.report
+            .get()
+            .copied()
+            .ok_or_else(|| io::Error::other("session ended without a report"))
+    }
+
+    fn stop(&mut self) -> io::Result<()> {
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        match self.own.unmount(false) {
+            Ok(()) => join(s),
+            Err(e) => {
+                // Still mounted: joining would wait forever.
+                abandon(s);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Mount `backend` on `mountpoint` in this process with `options`, behind
+/// a dentry cache ([`Vfs`]); FUSE worker threads serve it in the
+/// background until the returned [`Mounted`] is unmounted or dropped.
+///
+/// Needs `/dev/fuse` and the right to mount (root, or `fusermount3`).
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::sync::Arc;
+/// use dcache::fs::memfs::MemFs;
+/// use dcache_fuse::{mount, MountOptions};
+///
+/// let fs = Arc::new(MemFs::new());
+/// fs.write_file("hello", b"world\n")?;
+/// let m = mount(fs, Path::new("/mnt/mem"), &MountOptions::default())?;
+/// assert_eq!(std::fs::read(m.path().join("hello"))?, b"world\n");
+/// let report = m.unmount()?;
+/// println!("{} nodes still referenced", report.referenced);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn mount(
+    backend: Arc<dyn FileSystem>,
+    mountpoint: &Path,
+    options: &MountOptions,
+) -> io::Result<Mounted> {
+    let vfs = Vfs::new(backend).map_err(|e| io::Error::from_raw_os_error(e.raw()))?;
+    let fs = DcacheFs::new(vfs, fs_config(options, false, false));
+    let report = fs.report_slot();
+    let stats = fs.stats();
+    let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
+    let config = options.fuser_config(false, "dcache");
+    // Before mounting: afterwards a lookup of the mount point would wait
+    // for workers that do not run yet.
+    let path = std::fs::canonicalize(mountpoint)?;
+    let session = Session::new(fs, &path, &config)?;
+    let own = OwnMount::record(&path)?;
+    if let Some(w) = options.poll_window(false) {
+        let _ = poll.set(Poller::start(session.as_fd(), w)?);
+    }
+    let session = session.spawn()?;
+    start_invalidator(session.notifier(), &inval)?;
+    Ok(Mounted {
+        own,
+        pruner: Pruner {
+            notifier: session.notifier(),
+            mountpoint: path.clone(),
+            stats,
+        },
+        session: Some(session),
+        report,
+        poll,
+        path,
+    })
+}

@@ -1,0 +1,173 @@
+//! The mount point: checked before mounting, and the mount made on it
+//! recorded so that only that one is ever unmounted.
+//!
+//! **Before mounting** the mount point is checked ([`preflight`]): it must
+//! exist and be a directory (a mount on a file succeeds but then answers
+//! every access with EIO). A mount point that answers ENOTCONN is a FUSE
+//! mount whose daemon died; one of ours (type `fuse.dcache`) is detached
+//! and the new mount goes in its place, any other is refused with the
+//! command that removes it.
+//!
+//! **Whose mount.** Right after mounting, the daemon records the new
+//! mount's device (`major:minor` in /proc/self/mountinfo) and from then on
+//! unmounts only a mount with that device, and only while it is the top
+//! one on its path ([`OwnMount`]). fuser's own unmount (when its session or
+//! `BackgroundSession` is dropped) is never let run: it unmounts by path,
+//! and fuser 0.18's "already unmounted?" test (a poll of /dev/fuse) takes
+//! POLLERR, which an unmounted connection returns, for "still mounted" —
+//! so after `fusermount3 -u` of a mount stacked on another dcache mount,
+//! the upper daemon would unmount the lower one too.
+
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use dcache::errno::Errno;
+
+use super::mountinfo;
+use crate::options::DEFAULT_SUBTYPE;
+
+/// Check `mountpoint` before mounting on it and return its canonical path:
+/// it must be a directory; a dead dcache mount on it (its daemon killed)
+/// is detached first; a dead mount of another file system is refused with
+/// the command that removes it.
+pub(crate) fn preflight(mountpoint: &Path, subtype: &str) -> Result<PathBuf, String> {
+    let fail =
+        |e: Errno, hint: &str| format!("cannot mount on {}: {e}{hint}", mountpoint.display());
+    // A dead mount may sit on a dead mount: detach a few at most.
+    for _ in 0..8 {
+        match std::fs::metadata(mountpoint) {
+            Ok(m) if m.is_dir() => {
+                return std::fs::canonicalize(mountpoint).map_err(|e| fail(Errno::from_io(&e), ""));
+            }
+            Ok(_) => return Err(fail(Errno::ENOTDIR, "")),
+            Err(e) if Errno::from_io(&e) == Errno::ENOTCONN => {
+                let refuse = |why: &str| {
+                    let hint = format!(
+                        " ({why}; `fusermount3 -u {}` removes it)",
+                        mountpoint.display()
+                    );
+                    fail(Errno::ENOTCONN, &hint)
+                };
+                let at = canonical_parent(mountpoint)
+                    .map_err(|_| refuse("a FUSE mount whose daemon is gone"))?;
+                let ours = mountinfo::read()
+                    .ok()
+                    .and_then(|all| mountinfo::top(&all, &at).cloned())
+                    .is_some_and(|m| {
+                        m.fstype == format!("fuse.{subtype}")
+                            || m.fstype == format!("fuse.{DEFAULT_SUBTYPE}")
+                    });
+                if !ours {
+                    return Err(refuse("a dead mount, not dcache's"));
+                }
+                detach(&at).map_err(|e| {
+                    refuse(&format!(
+                        "a dead dcache mount that could not be detached: {e}"
+                    ))
+                })?;
+                eprintln!(
+                    "dcache: {}: detached a dead dcache mount (its daemon is gone)",
+                    at.display()
+                );
+            }
+            Err(e) => return Err(fail(Errno::from_io(&e), "")),
+        }
+    }
+    Err(fail(Errno::ENOTCONN, " (dead mounts keep coming back)"))
+}
+
+/// `path` with its directory canonicalised but its last name kept: a dead
+/// mount's root cannot be looked at.
+fn canonical_parent(path: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(path)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// Lazily unmount whatever is on top at `at` (MNT_DETACH as root, else
+/// `fusermount3 -u -z`).
+fn detach(at: &Path) -> io::Result<()> {
+    umount(at, libc::MNT_DETACH)
+}
+
+/// umount2(2) on `at` with `flags`; where that is not allowed (not root),
+/// `fusermount3 -u` (`-z` for MNT_DETACH).
+fn umount(at: &Path, flags: i32) -> io::Result<()> {
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: c is a NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if flags & libc::MNT_DETACH != 0 {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg("--").arg(at).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "fusermount3 -u: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// The mount this process made: its path and its device (`major:minor`),
+/// which no other mount shares. Unmounting goes by path (there is no other
+/// way), so it is done only while the top mount on the path is this one.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnMount {
+    path: PathBuf,
+    dev: (u32, u32),
+}
+
+impl OwnMount {
+    /// The mount just made on `path` (canonical): the top one there. Read
+    /// from /proc/self/mountinfo; nothing looks into the mount, whose
+    /// workers may not run yet.
+    pub fn record(path: &Path) -> io::Result<OwnMount> {
+        let all = mountinfo::read()?;
+        let top = mountinfo::top(&all, path).ok_or_else(|| {
+            io::Error::other(format!("{} is not in /proc/self/mountinfo", path.display()))
+        })?;
+        Ok(OwnMount {
+            path: path.to_path_buf(),
+            dev: top.dev,
+        })
+    }
+
+    /// Unmount our mount if it is still there: `Ok` once it is gone (or
+    /// was already). An error if another mount sits on top of ours, which
+    /// unmounting by path would hit instead. `lazy`: detach it even while
+    /// it is busy.
+    pub fn unmount(&self, lazy: bool) -> io::Result<()> {
+        let all = mountinfo::read()?;
+        let here: Vec<&mountinfo::Entry> = all.iter().filter(|m| m.at == self.path).collect();
+        if !here.iter().any(|m| m.dev == self.dev) {
+            return Ok(());
+        }
+        if mountinfo::top(&all, &self.path).map(|m| m.dev) != Some(self.dev) {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "another mount sits on ours at {}; unmount it first",
+                    self.path.display()
+                ),
+            ));
+        }
+        match umount(&self.path, 0) {
+            Err(e) if lazy && e.raw_os_error() == Some(libc::EBUSY) => detach(&self.path),
+            r => r,
+        }
+    }
+}
