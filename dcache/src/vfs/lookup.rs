@@ -129,7 +129,7 @@ impl Vfs {
             RcuWalk::Done(dd, seq) => {
                 match mode {
                     StatMode::RefFree => {
-                        if let Some(inode) = inode_of(dd) {
+                        if let Some(inode) = inode_of(g, dd) {
                             if let Some(a) = inode.try_attr() {
                                 if !dd.d_seq.read_retry(seq) {
                                     if sb.revalidate {
@@ -220,9 +220,10 @@ impl Vfs {
     /// result by other means (the FUSE daemon: a node the kernel already
     /// holds). Resolves `path` from `at` (a final symlink is not followed)
     /// in rcu-walk only, then, still inside the read section, hands the
-    /// positive dentry and its validated attributes to `claim`, which
-    /// returns `None` to decline. The dentry is only guaranteed to exist
-    /// until `claim` returns.
+    /// positive dentry, its inode (loaded inside the section) and its
+    /// validated attributes to `claim`, which returns `None` to decline.
+    /// The dentry and inode are only guaranteed to exist until `claim`
+    /// returns.
     ///
     /// `None`: no answer here (the walk gave up, the backend revalidates
     /// names, a writer interfered, or `claim` declined); the caller then
@@ -237,7 +238,7 @@ impl Vfs {
         cred: &Cred,
         at: At<'_>,
         path: &[u8],
-        claim: impl FnOnce(&Dentry, &Attr) -> Option<R>,
+        claim: impl FnOnce(&Dentry, &Inode, &Attr) -> Option<R>,
     ) -> Option<Result<R>> {
         if let Err(e) = check_path(path) {
             return Some(Err(e));
@@ -253,13 +254,14 @@ impl Vfs {
             RcuWalk::Err(e) => Some(Err(e)),
             RcuWalk::Fallback => None,
             RcuWalk::Done(dd, seq) => {
-                let a = inode_of(dd)?.try_attr()?;
+                let inode = inode_of(&g, dd)?;
+                let a = inode.try_attr()?;
                 // The attributes belong to the name only if the dentry did
                 // not change since the walk sampled it.
                 if dd.d_seq.read_retry(seq) {
                     return None;
                 }
-                let r = claim(dd, &a)?;
+                let r = claim(dd, inode, &a)?;
                 drop(g);
                 Some(Ok(r))
             }

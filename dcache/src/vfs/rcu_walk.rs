@@ -33,14 +33,11 @@ pub(crate) enum RcuWalk<'g> {
     Fallback,
 }
 
-/// `d`'s inode, borrowed as long as `d` is: a dentry borrowed from a read
-/// section (or a reference) lends its inode for as long.
+/// `d`'s inode, loaded inside the read section `g` (see
+/// [`Dentry::inode_rcu`]).
 #[inline(always)]
-pub(super) fn inode_of(d: &Dentry) -> Option<&Inode> {
-    // SAFETY: `d` is borrowed from a read section or a counted reference;
-    // an inode is freed only a grace period after no dentry points to it,
-    // so it outlives the section (or reference) that reached it through d.
-    unsafe { d.inode_ptr().as_ref() }
+pub(super) fn inode_of<'g>(g: &'g RcuGuard<'_>, d: &'g Dentry) -> Option<&'g Inode> {
+    d.inode_rcu(g)
 }
 
 /// Where an rcu-walk stands, carried from the fast component source to the
@@ -74,8 +71,8 @@ enum Step<'g> {
 }
 
 #[inline(always)]
-fn is_dir(d: &Dentry) -> bool {
-    inode_of(d).is_some_and(|i| i.is_dir())
+fn is_dir(g: &RcuGuard<'_>, d: &Dentry) -> bool {
+    inode_of(g, d).is_some_and(|i| i.is_dir())
 }
 
 impl Vfs {
@@ -172,12 +169,12 @@ impl Vfs {
         let sb = self.sb();
         // SAFETY: the root lives as long as the Vfs.
         let root: &'g Dentry = unsafe { &*sb.root() };
-        let mut cur_dir = is_dir(st.cur);
+        let mut cur_dir = is_dir(st.guard, st.cur);
         while let Some(comp) = src.next_comp() {
             if !cur_dir {
                 // Only directories have components after them.
                 let cd = st.cur;
-                let e = if inode_of(cd).is_none() {
+                let e = if inode_of(st.guard, cd).is_none() {
                     Errno::ENOENT
                 } else {
                     Errno::ENOTDIR
@@ -195,17 +192,18 @@ impl Vfs {
                     st.dotdot = true;
                     if !std::ptr::eq(st.cur, root) {
                         let cd = st.cur;
-                        // SAFETY: a parent is freed only a grace period
-                        // after its last child lets it go, so it outlives
-                        // the read section that reached the child.
-                        let pd: &'g Dentry = unsafe { &*cd.parent_ptr() };
+                        // A parent is freed only a grace period after its
+                        // last child lets it go: protected by the section.
+                        let Some(pd) = cd.parent_rcu(st.guard) else {
+                            return Ok(RcuWalk::Fallback);
+                        };
                         let ps = pd.d_seq.raw_begin();
                         if ps & 1 != 0 || cd.d_seq.read_retry(st.cur_seq) {
                             return Ok(RcuWalk::Fallback);
                         }
                         st.cur = pd;
                         st.cur_seq = ps;
-                        cur_dir = is_dir(pd);
+                        cur_dir = is_dir(st.guard, pd);
                     }
                 }
                 Step::Link(target) => {
@@ -238,7 +236,7 @@ impl Vfs {
         // may_lookup: search permission on the directory we stand in. A
         // directory everyone may search costs one test of a word on the
         // inode's first line, which `is_dir` just read.
-        if let Some(dir) = inode_of(cd) {
+        if let Some(dir) = inode_of(st.guard, cd) {
             if !search_for_all(dir.mode()) {
                 if let Some(e) = self.rcu_search_denied(st, cd, dir) {
                     return Step::End(e);
@@ -269,8 +267,8 @@ impl Vfs {
         if cd.d_seq.read_retry(st.cur_seq) {
             return Step::End(RcuWalk::Fallback);
         }
-        let inode = inode_of(dd);
-        if sb.revalidate && !self.rcu_revalidate(sb, cd, dd, name) {
+        let inode = inode_of(st.guard, dd);
+        if sb.revalidate && !self.rcu_revalidate(sb, st.guard, cd, dd, name) {
             return Step::End(RcuWalk::Fallback);
         }
         let Some(inode) = inode else {
@@ -334,14 +332,21 @@ impl Vfs {
     /// Ask a revalidating backend, without blocking, whether `dd` (found
     /// under `cd`) still holds.
     #[cold]
-    fn rcu_revalidate(&self, sb: &Super, cd: &Dentry, dd: &Dentry, name: &[u8]) -> bool {
-        let Some(dir) = inode_of(cd) else {
+    fn rcu_revalidate(
+        &self,
+        sb: &Super,
+        g: &RcuGuard<'_>,
+        cd: &Dentry,
+        dd: &Dentry,
+        name: &[u8],
+    ) -> bool {
+        let Some(dir) = inode_of(g, cd) else {
             return false;
         };
         sb.fs.revalidate(
             dir.ino,
             name,
-            inode_of(dd).map(|i| i.ino),
+            inode_of(g, dd).map(|i| i.ino),
             dd.d_time.load(crate::sync::Ordering::Relaxed),
             true,
         ) == Validity::Valid

@@ -101,12 +101,17 @@ impl Vfs {
         let sb = self.sb();
         loop {
             let g = sb.rcu.read_lock();
-            let p = d.dentry().parent_ptr();
-            // SAFETY: the parent is alive while d (which pins it) is, and we
-            // are in a read section in case a rename just moved d.
-            let pr = unsafe { &*p };
+            // In a read section in case a rename just moved d and its old
+            // parent is on its way out.
+            let pr = d
+                .dentry()
+                .parent_rcu(&g)
+                .expect("a dentry of a Vfs has a parent");
             if let Some(parent) = DentryRef::try_get(pr) {
-                if d.dentry().parent_ptr() == p {
+                if d.dentry()
+                    .parent_rcu(&g)
+                    .is_some_and(|q| std::ptr::eq(q, pr))
+                {
                     drop(g);
                     return parent;
                 }
@@ -130,14 +135,16 @@ impl Vfs {
             return None;
         };
         let r = DentryRef::try_get(found)?;
-        // Our reference keeps it from here on.
-        drop(g);
         let dr = r.dentry();
-        // With a reference held, make sure it still is that name.
+        // With a reference held, make sure it still is that name. Still in
+        // the read section: a concurrent rename may retire the out-of-line
+        // name that the comparison reads, which the reference does not pin.
         let s = dr.d_seq.read_begin();
+        // Relaxed: compared only, and validated by d_seq.
         let ok = dr.flags() & D_HASHED != 0
             && dr.d_parent.load(crate::sync::Ordering::Relaxed) == parent.as_ptr()
-            && dr.name_eq(name);
+            && dr.name_eq_rcu(&g, name);
+        drop(g);
         if ok && !dr.d_seq.read_retry(s) {
             Some(r)
         } else {
