@@ -135,8 +135,8 @@ impl FuseCore {
         let open_parent = open_dir(&p);
         let r = self
             .vfs
-            .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |d, a| {
-                self.nodes.hand_out_held(d).map(|id| Entry {
+            .lookup_rcu_with(cred, At::Dir(p.dentry()), name, |_, i, a| {
+                self.nodes.hand_out_held(i).map(|id| Entry {
                     id,
                     attr: Attr { ino: id, ..*a },
                     open_parent,

@@ -290,17 +290,11 @@ impl Nodes {
     /// our own: only while the kernel already holds the node (its count is
     /// above zero, so the node's reference keeps the inode alive). The node
     /// id for an entry reply, or `None` (the caller then takes a reference
-    /// and uses [`Nodes::hand_out`]). `d` must be reached inside a read
-    /// section (or under a reference).
+    /// and uses [`Nodes::hand_out`]). `i` is the inode of a positive
+    /// dentry, loaded inside the read section the caller is in (see
+    /// `Vfs::lookup_rcu_with`).
     #[inline]
-    pub fn hand_out_held(&self, d: &Dentry) -> Option<u64> {
-        let p = d.inode_ptr();
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: the caller's read section keeps the dentry, and an inode
-        // is freed only a grace period after its last dentry let it go.
-        let i = unsafe { &*p };
+    pub fn hand_out_held(&self, i: &Inode) -> Option<u64> {
         let id = self.ids.id(i.ino());
         if id == ROOT_ID {
             return Some(ROOT_ID);
@@ -329,7 +323,9 @@ impl Nodes {
         // SAFETY: the node's reference keeps its dentry alive until it is
         // unpublished, which only this forget can do now.
         let d = unsafe { dentry.as_ref() };
-        let p = d.inode_ptr();
+        // Not in a read section: the node's counted reference keeps the
+        // dentry, so the held (Acquire) load is the right one.
+        let p = d.inode_ptr_held();
         // SAFETY: a node's dentry keeps its inode (a pinned dentry is
         // unhashed on unlink, never made negative).
         let Some(i) = (unsafe { p.as_ref() }) else {

@@ -21,6 +21,7 @@
 
 use crate::inode::Inode;
 use crate::lockref::LockRef;
+use crate::rcu::RcuGuard;
 use crate::seqcount::SeqCount;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -248,8 +249,9 @@ impl Dentry {
             }
             std::ptr::null_mut()
         };
-        // Relaxed: as above.
-        let old = self.d_name_ext.swap(new_ext, Ordering::Relaxed);
+        // Release: a reader that loads the new pointer (protected, or
+        // Acquire by a lock holder) sees the ExtName's bytes written above.
+        let old = self.d_name_ext.swap(new_ext, Ordering::Release);
         if old.is_null() {
             None
         } else {
@@ -257,23 +259,52 @@ impl Dentry {
         }
     }
 
-    /// Does this dentry's name equal `name`? Called with `d_seq` sampled (the
-    /// caller validates it afterwards), so the reads are atomic and a torn
-    /// view only produces a mismatch that the sequence check discards.
-    /// `name_eq` for a caller that already holds the name's first word
-    /// (zero padded): names of up to 8 bytes compare with one load.
+    /// Does this dentry's name equal `name`? Inside the read section `g`
+    /// (the out-of-line name is a protected load). Called with `d_seq`
+    /// sampled (the caller validates it afterwards), so the reads are atomic
+    /// and a torn view only produces a mismatch that the sequence check
+    /// discards. `first` is the name's first word (zero padded), which the
+    /// walker already holds: names of up to 8 bytes compare with one load.
     #[inline(always)]
-    pub(crate) fn name_eq_word(&self, name: &[u8], first: u64) -> bool {
+    pub(crate) fn name_eq_word(&self, g: &RcuGuard<'_>, name: &[u8], first: u64) -> bool {
         if name.len() <= 8 {
             // Relaxed: validated by the caller's d_seq check.
             self.d_iname[0].load(Ordering::Relaxed) == first
         } else {
-            self.name_eq(name)
+            self.name_eq_rcu(g, name)
         }
     }
 
+    /// Does this dentry's name equal `name`? Inside the read section `g`,
+    /// with `d_seq` sampled as for [`Dentry::name_eq_word`].
     #[inline(always)]
-    pub(crate) fn name_eq(&self, name: &[u8]) -> bool {
+    pub(crate) fn name_eq_rcu(&self, g: &RcuGuard<'_>, name: &[u8]) -> bool {
+        // SAFETY: a pointer protected by `g` stays valid while `g` lives,
+        // which outlasts this call.
+        unsafe { self.name_eq_with(name, |p| g.protect(p)) }
+    }
+
+    /// Does this dentry's name equal `name`? For a caller outside any read
+    /// section that keeps the
+    /// out-of-line name from being replaced: it holds the lock of the hash
+    /// bucket this dentry is on, or the rename lock (a rename unhashes the
+    /// dentry, under the bucket lock, before it replaces the name, and holds
+    /// the rename lock throughout).
+    pub(crate) fn name_eq_held(&self, name: &[u8]) -> bool {
+        // SAFETY: the name cannot be replaced, hence not retired, while the
+        // caller holds what it holds (see above), and `self` is alive.
+        unsafe { self.name_eq_with(name, Self::ext_held) }
+    }
+
+    /// # Safety
+    /// `ext` returns `d_name_ext`'s value, and that `ExtName` (if any) stays
+    /// allocated until this call returns.
+    #[inline(always)]
+    unsafe fn name_eq_with(
+        &self,
+        name: &[u8],
+        ext: impl FnOnce(&AtomicPtr<ExtName>) -> *mut ExtName,
+    ) -> bool {
         if name.len() <= DNAME_INLINE_LEN {
             let mut chunks = name.chunks_exact(8);
             let mut i = 0;
@@ -291,35 +322,66 @@ impl Dentry {
             }
             true
         } else {
-            // SeqCst: an RCU-protected pointer load (see inode_ptr).
-            let p = self.d_name_ext.load(Ordering::SeqCst);
+            let p = ext(&self.d_name_ext);
             if p.is_null() {
                 return false;
             }
-            // SAFETY: a non-null d_name_ext points to an immutable ExtName
-            // that is freed only after a grace period; we are inside a read
-            // section or hold a reference. A rename installs a new ExtName
-            // instead of writing this one, so the bytes cannot change.
+            // SAFETY: valid for this call (our contract). A non-null
+            // d_name_ext points to an immutable ExtName: a rename installs
+            // a new one instead of writing this one, so the bytes cannot
+            // change.
             let ext = unsafe { &*p };
             &ext.0[..] == name
         }
     }
 
-    /// The name, copied (for callers holding a reference or the rename lock).
-    pub fn name(&self) -> Vec<u8> {
+    /// The out-of-line name pointer for a caller that keeps it from being
+    /// replaced (see [`Dentry::name_eq_held`]). Acquire, not a protected
+    /// load: no retire can race with it (nothing is retired while the
+    /// caller holds its lock), so it only has to see the `ExtName`'s bytes,
+    /// written before the Release swap in `store_name` that published it.
+    #[inline(always)]
+    fn ext_held(p: &AtomicPtr<ExtName>) -> *mut ExtName {
+        p.load(Ordering::Acquire)
+    }
+
+    /// The name, copied, for a caller that keeps it from being replaced (the
+    /// rename lock, see [`Dentry::name_eq_held`]).
+    pub(crate) fn name_held(&self) -> Vec<u8> {
+        // SAFETY: as name_eq_held.
+        unsafe { self.name_with(Self::ext_held) }
+    }
+
+    /// The name, copied, inside the read section `g`: consistent, as the
+    /// copy is retried until `d_seq` shows no rename overlapped it.
+    pub(crate) fn name_rcu(&self, g: &RcuGuard<'_>) -> Vec<u8> {
+        loop {
+            let s = self.d_seq.read_begin();
+            // SAFETY: a pointer protected by `g` stays valid while `g`
+            // lives, which outlasts this call.
+            let n = unsafe { self.name_with(|p| g.protect(p)) };
+            if !self.d_seq.read_retry(s) {
+                return n;
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`Dentry::name_eq_with`].
+    unsafe fn name_with(&self, ext: impl FnOnce(&AtomicPtr<ExtName>) -> *mut ExtName) -> Vec<u8> {
+        // Relaxed: validated by d_seq (name_rcu) or stable (name_held).
         let len = (self.d_hash_len.load(Ordering::Relaxed) & 0xffff_ffff) as usize;
         if len > DNAME_INLINE_LEN {
-            // SeqCst: RCU-protected pointer load.
-            let p = self.d_name_ext.load(Ordering::SeqCst);
+            let p = ext(&self.d_name_ext);
             if p.is_null() {
                 return Vec::new();
             }
-            // SAFETY: see `name_eq`; the caller is in a read section or
-            // holds a reference, so the ExtName is not freed under us.
+            // SAFETY: valid for this call (our contract); immutable.
             unsafe { (*p).0.to_vec() }
         } else {
             let mut out = Vec::with_capacity(DNAME_INLINE_LEN);
             for slot in &self.d_iname {
+                // Relaxed: as the length.
                 out.extend_from_slice(&slot.load(Ordering::Relaxed).to_le_bytes());
             }
             out.truncate(len);
@@ -343,22 +405,50 @@ impl Dentry {
         self.d_flags.fetch_and(!f, Ordering::Relaxed);
     }
 
-    /// The inode, or null for a negative dentry. The pointer may be
-    /// dereferenced only inside a read section (or while holding a
-    /// reference that pins the inode): an inode is freed a grace period
-    /// after its last dentry lets it go. SeqCst: an RCU-protected pointer
-    /// load (seize requires it; a plain `mov` on x86).
+    /// The inode, or `None` for a negative dentry, loaded inside the read
+    /// section `g` and borrowed for as long as both `self` and `g` are: an
+    /// inode is freed only a grace period after its last dentry lets it go,
+    /// so one reachable from a live dentry when `g` loaded it outlives `g`.
+    #[inline(always)]
+    pub(crate) fn inode_rcu<'g>(&'g self, g: &'g RcuGuard<'_>) -> Option<&'g Inode> {
+        // SAFETY: protected by `g` (see above); the result cannot outlive it.
+        unsafe { g.protect(&self.d_inode).as_ref() }
+    }
+
+    /// The parent, loaded inside the read section `g` (`None` never happens
+    /// for a dentry of a `Vfs`; the root is its own parent). A parent is
+    /// freed only a grace period after its last child lets it go, so it
+    /// outlives `g` if `self` was alive when `g` loaded it.
+    #[inline(always)]
+    pub(crate) fn parent_rcu<'g>(&'g self, g: &'g RcuGuard<'_>) -> Option<&'g Dentry> {
+        // SAFETY: protected by `g` (see above); the result cannot outlive it.
+        unsafe { g.protect(&self.d_parent).as_ref() }
+    }
+
+    /// The inode, or null, for a caller outside any read section that
+    /// keeps it: a counted reference on this dentry (see
+    /// `DentryRef::inode` for why that pins the inode pointer) or a lock
+    /// under which it is only tested against null. Acquire, not a
+    /// protected load: no grace period is involved, since the holder's
+    /// reference keeps the inode from being retired, so the load only has
+    /// to see the inode's fields, written before the Release (AcqRel)
+    /// store that installed the pointer or the publication of the dentry. Inside a read section use
+    /// [`Dentry::inode_rcu`].
     // For dcache-fuse; not part of the supported API.
     #[doc(hidden)]
     #[inline(always)]
-    pub fn inode_ptr(&self) -> *mut Inode {
-        self.d_inode.load(Ordering::SeqCst)
+    pub fn inode_ptr_held(&self) -> *mut Inode {
+        self.d_inode.load(Ordering::Acquire)
     }
 
+    /// The parent, for a caller outside any read section that keeps it: a
+    /// counted reference on this dentry plus the rename lock (no parent
+    /// changes, and the child's reference pins the parent). Acquire as
+    /// [`Dentry::inode_ptr_held`]: the pointee is kept by what the caller
+    /// holds, the load only has to see its initialisation.
     #[inline(always)]
-    pub(crate) fn parent_ptr(&self) -> *mut Dentry {
-        // SeqCst: RCU-protected pointer load, as inode_ptr.
-        self.d_parent.load(Ordering::SeqCst)
+    pub(crate) fn parent_ptr_held(&self) -> *mut Dentry {
+        self.d_parent.load(Ordering::Acquire)
     }
 
     /// The reference count (racy; for tests and diagnostics).

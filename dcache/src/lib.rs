@@ -56,10 +56,7 @@ pub mod lockref;
 pub mod lookupcount;
 pub mod pahole;
 pub mod permission;
-// For dcache-bench (`Reclaim`, the reclamation-crate knob); not part of the
-// supported API.
-#[doc(hidden)]
-pub mod rcu;
+mod rcu;
 // For the loom tests (tests/loom_seqcount.rs, tests/loom_slab.rs); not part
 // of the supported API.
 #[doc(hidden)]

@@ -1,53 +1,47 @@
 //! Read-side critical sections and deferred freeing: the "RCU" of dcache.
 //!
-//! dcache does not hand-write its reclamation; it wraps a crate. Both
-//! candidates are built in so one benchmark run compares them
-//! (`dcache bench stat-same --variant reffree,epoch`):
+//! dcache does not hand-write its reclamation; it wraps `seize` 0.5 and uses
+//! it only through its public API (`Collector::enter`, `Guard::protect`,
+//! `Guard::refresh`, `Collector::retire`, `Collector::reclaim_all`).
+//! Entering is a store to a per-thread slot plus a compiler fence (the
+//! retiring side pays a `membarrier` syscall instead of the reader paying a
+//! fence); leaving is one atomic swap on that per-thread slot. Memory held by
+//! a stalled reader is bounded. Each `Vfs` owns its collector, so dropping a
+//! `Vfs` frees every retired object at once (our leak tests rely on it).
 //!
-//! - [`Reclaim::Seize`] (the default): `seize` 0.5. Entering is a store to a
-//!   per-thread slot plus a compiler fence (the retiring side pays a
-//!   `membarrier` syscall instead of the reader paying a fence); leaving is one
-//!   atomic swap on that per-thread slot. Memory held by a stalled reader is
-//!   bounded. Each `Vfs` owns its collector, so dropping a `Vfs` frees every
-//!   retired dentry at once (our leak tests rely on it).
-//! - [`Reclaim::Epoch`]: `crossbeam-epoch` 0.9 with its global collector. The
-//!   first pin executes a SeqCst fence (`lock`-prefixed RMW on x86); garbage
-//!   of a dropped `Vfs` is freed whenever the global epoch advances.
+//! Why seize and not crossbeam-epoch: see the measured figures in
+//! docs/BENCHMARKS.md ("Choosing the reclamation crate"); in short the
+//! reader side of a 4-component stat is cheaper without crossbeam's fence
+//! on pin, and a per-instance collector gives exact frees on drop.
 //!
-//! Why seize is the default: see the measured figures in docs/BENCHMARKS.md ("Choosing
-//! the reclamation crate"); in short the reader side of a 4-component stat is
-//! cheaper without the fence, and a per-instance collector gives exact frees.
+//! Every load of a pointer that a reader dereferences after it and that a
+//! writer may retire concurrently (a hash-bucket head, `d_hash_next`,
+//! `d_parent`, `d_inode`, `d_name_ext`) goes through [`RcuGuard::protect`],
+//! which needs the guard: a protected load cannot be written outside a read
+//! section.
 
-use crossbeam_epoch as epoch;
-
-/// Which reclamation crate a `Vfs` uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Reclaim {
-    /// `seize` (the default).
-    #[default]
-    Seize,
-    /// `crossbeam-epoch`.
-    Epoch,
-}
+use crate::sync::AtomicPtr;
+#[cfg(loom)]
+use crate::sync::Ordering;
 
 pub(crate) struct Rcu {
-    kind: Reclaim,
+    #[cfg(not(loom))]
     collector: seize::Collector,
-    /// Under loom neither crate is modelled (they use real atomics and
+    /// Under loom seize is not modelled (it uses real atomics and
     /// thread-locals): retired objects wait here until teardown, which is
     /// always safe, so the models check the sequence-count protocols alone.
     #[cfg(loom)]
     deferred: std::sync::Mutex<Vec<Retired>>,
 }
 
-/// A read-side critical section: pointers loaded through an [`Rcu`] while a
-/// guard lives stay valid until it is dropped.
-#[cfg_attr(loom, allow(dead_code))]
-pub(crate) enum RcuGuard<'a> {
-    Seize(#[allow(dead_code)] seize::LocalGuard<'a>),
-    Epoch(#[allow(dead_code)] epoch::Guard),
+/// A read-side critical section: pointers loaded through
+/// [`RcuGuard::protect`] while a guard lives stay valid until it is dropped
+/// (or refreshed).
+pub(crate) struct RcuGuard<'a> {
+    #[cfg(not(loom))]
+    guard: seize::LocalGuard<'a>,
     #[cfg(loom)]
-    Deferred(std::marker::PhantomData<&'a ()>),
+    _section: std::marker::PhantomData<&'a ()>,
 }
 
 /// A type-erased pointer + free function, so one retire path serves every
@@ -65,27 +59,54 @@ struct Retired {
 unsafe impl Send for Retired {}
 
 impl RcuGuard<'_> {
+    /// Load `p` inside this read section: the object it points to, if it
+    /// was reachable when loaded, is not freed before this guard is dropped
+    /// or refreshed (the caller still needs `unsafe` to dereference it, and
+    /// a borrow of the result should be tied to `&self`).
+    ///
+    /// Ordering: we ask seize for Acquire, which is what the reader needs
+    /// from the data: the pointee's fields, written before the Release (or
+    /// AcqRel) store that installed the pointer, or before the Release
+    /// bucket unlock that published the dentry holding it, are visible. seize's
+    /// `Guard::protect` strengthens it to SeqCst (`raw::Collector::protect`)
+    /// so the load joins the single total order that the light barrier in
+    /// `enter` and the heavy barrier (membarrier) on the retiring side
+    /// establish: either the retirer sees this thread active, or this load
+    /// sees the pointer's new value and never the retired one. On x86 a
+    /// SeqCst load is a plain `mov`, as Acquire.
+    ///
+    /// Under loom seize is not used (nothing is freed before teardown), so
+    /// this is a plain Acquire load of loom's atomic.
+    #[inline(always)]
+    pub(crate) fn protect<T>(&self, p: &AtomicPtr<T>) -> *mut T {
+        #[cfg(not(loom))]
+        return seize::Guard::protect(
+            &self.guard,
+            p,
+            // Acquire: see above (seize raises it to SeqCst).
+            std::sync::atomic::Ordering::Acquire,
+        );
+        // Acquire: see the pointee's initialisation; nothing is freed
+        // under loom before teardown, so no grace period is at stake.
+        #[cfg(loom)]
+        return p.load(Ordering::Acquire);
+    }
+
     /// Let reclamation past this guard without leaving the section for
     /// long: what was retired before now may be freed once every other
-    /// reader moved on (seize's `refresh`, crossbeam's `repin`). Nothing
-    /// read through the guard before may be used after.
+    /// reader moved on (seize's `refresh`). Nothing read through the guard
+    /// before may be used after; `&mut self` ends every borrow tied to it.
     #[inline]
     pub(crate) fn refresh(&mut self) {
-        match self {
-            #[cfg(not(loom))]
-            RcuGuard::Seize(g) => seize::Guard::refresh(g),
-            #[cfg(not(loom))]
-            RcuGuard::Epoch(g) => g.repin(),
-            #[allow(unreachable_patterns)]
-            _ => {}
-        }
+        #[cfg(not(loom))]
+        seize::Guard::refresh(&mut self.guard);
     }
 }
 
 impl Rcu {
-    pub(crate) fn new(kind: Reclaim) -> Rcu {
+    pub(crate) fn new() -> Rcu {
         Rcu {
-            kind,
+            #[cfg(not(loom))]
             collector: seize::Collector::new(),
             #[cfg(loom)]
             deferred: std::sync::Mutex::new(Vec::new()),
@@ -94,12 +115,11 @@ impl Rcu {
 
     #[inline(always)]
     pub(crate) fn read_lock(&self) -> RcuGuard<'_> {
-        #[cfg(loom)]
-        return RcuGuard::Deferred(std::marker::PhantomData);
-        #[cfg(not(loom))]
-        match self.kind {
-            Reclaim::Seize => RcuGuard::Seize(self.collector.enter()),
-            Reclaim::Epoch => RcuGuard::Epoch(epoch::pin()),
+        RcuGuard {
+            #[cfg(not(loom))]
+            guard: self.collector.enter(),
+            #[cfg(loom)]
+            _section: std::marker::PhantomData,
         }
     }
 
@@ -124,56 +144,17 @@ impl Rcu {
                 .push(Retired { ptr, ctx, free });
         }
         #[cfg(not(loom))]
-        // SAFETY: forwarded from our caller.
-        unsafe {
-            self.retire_to_crate(ptr, ctx, free)
-        }
-    }
-
-    /// # Safety
-    /// As `retire`.
-    #[cfg(not(loom))]
-    unsafe fn retire_to_crate(
-        &self,
-        ptr: *mut u8,
-        ctx: *const (),
-        free: unsafe fn(*mut u8, *const ()),
-    ) {
-        let r = Box::into_raw(Box::new(Retired { ptr, ctx, free }));
-        match self.kind {
-            Reclaim::Seize => {
-                unsafe fn run(r: *mut Retired, _c: &seize::Collector) {
-                    // SAFETY: seize calls this once, after the grace period,
-                    // with the pointer we gave it (a leaked Box<Retired>).
-                    let r = unsafe { Box::from_raw(r) };
-                    // SAFETY: the caller of `retire` promised `free` fits.
-                    unsafe { (r.free)(r.ptr, r.ctx) };
-                }
-                // SAFETY: forwarded from our caller; `run` frees `r` as a Box.
-                unsafe { self.collector.retire(r, run) };
+        {
+            unsafe fn run(r: *mut Retired, _c: &seize::Collector) {
+                // SAFETY: seize calls this once, after the grace period,
+                // with the pointer we gave it (a leaked Box<Retired>).
+                let r = unsafe { Box::from_raw(r) };
+                // SAFETY: the caller of `retire` promised `free` fits.
+                unsafe { (r.free)(r.ptr, r.ctx) };
             }
-            Reclaim::Epoch => {
-                let r = RetiredBox(r);
-                let g = epoch::pin();
-                // SAFETY: forwarded from our caller; the closure owns `r`.
-                unsafe {
-                    g.defer_unchecked(move || {
-                        let r = r;
-                        let r = Box::from_raw(r.0);
-                        (r.free)(r.ptr, r.ctx);
-                    })
-                };
-                g.flush();
-            }
-        }
-    }
-
-    /// Help reclamation along: crossbeam-epoch's global collector frees
-    /// garbage only while threads pin and flush; seize needs nothing.
-    pub(crate) fn nudge(&self) {
-        #[cfg(not(loom))]
-        if self.kind == Reclaim::Epoch {
-            epoch::pin().flush();
+            let r = Box::into_raw(Box::new(Retired { ptr, ctx, free }));
+            // SAFETY: forwarded from our caller; `run` frees `r` as a Box.
+            unsafe { self.collector.retire(r, run) };
         }
     }
 
@@ -194,18 +175,9 @@ impl Rcu {
             unsafe { (r.free)(r.ptr, r.ctx) };
         }
         // SAFETY: exclusivity promised by the caller.
-        unsafe { self.collector.reclaim_all() };
-        if self.kind == Reclaim::Epoch {
-            // crossbeam-epoch's global collector cannot be drained on
-            // demand; pinning and flushing a few times lets it advance.
-            for _ in 0..4 {
-                epoch::pin().flush();
-            }
-        }
+        #[cfg(not(loom))]
+        unsafe {
+            self.collector.reclaim_all()
+        };
     }
 }
-
-#[cfg_attr(loom, allow(dead_code))]
-struct RetiredBox(*mut Retired);
-// SAFETY: see `Retired`.
-unsafe impl Send for RetiredBox {}

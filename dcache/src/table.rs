@@ -83,17 +83,17 @@ impl Table {
         unsafe { self.buckets.get_unchecked(i) }
     }
 
-    /// Lockless lookup inside the read section `_g`: a dentry found is
+    /// Lockless lookup inside the read section `g`: a dentry found is
     /// borrowed for as long as that section.
     #[inline]
     pub(crate) fn lookup_rcu<'g>(
         &self,
-        _g: &'g RcuGuard<'_>,
+        g: &'g RcuGuard<'_>,
         parent: *const Dentry,
         name: &[u8],
         hash: u32,
     ) -> RcuHit<'g> {
-        self.lookup_rcu_word(_g, parent, name, hash, crate::dentry::first_word(name))
+        self.lookup_rcu_word(g, parent, name, hash, crate::dentry::first_word(name))
     }
 
     /// `lookup_rcu` with the name's first word already loaded (the walker
@@ -101,20 +101,20 @@ impl Table {
     #[inline(always)]
     pub(crate) fn lookup_rcu_word<'g>(
         &self,
-        _g: &'g RcuGuard<'_>,
+        g: &'g RcuGuard<'_>,
         parent: *const Dentry,
         name: &[u8],
         hash: u32,
         first: u64,
     ) -> RcuHit<'g> {
         let want = hash_len(hash, name.len());
-        // SeqCst: RCU-protected pointer loads (required by seize; a plain
-        // load on x86).
-        let mut p = untag(self.bucket(parent, hash).load(Ordering::SeqCst));
+        // Protected loads (bucket head, then each `d_hash_next`): see
+        // `RcuGuard::protect` for the ordering.
+        let mut p = untag(g.protect(self.bucket(parent, hash)));
         while !p.is_null() {
-            // SAFETY: p was reached from the table inside the read section
-            // `_g`; a removed dentry is freed only after the section ends, so
-            // the borrow may last as long as `_g`'s.
+            // SAFETY: p was loaded through `g` from the table; a removed
+            // dentry is freed only after the section ends, so the borrow may
+            // last as long as `g`'s.
             let d: &'g Dentry = unsafe { &*p };
             // Sample d_seq before comparing (as Linux's __d_lookup_rcu):
             // a match against fields read after the sample is validated by
@@ -124,14 +124,14 @@ impl Table {
             // Relaxed: validated by the d_seq sample above and the caller.
             if d.d_hash_len.load(Ordering::Relaxed) == want
                 && std::ptr::eq(d.d_parent.load(Ordering::Relaxed), parent)
-                && d.name_eq_word(name, first)
+                && d.name_eq_word(g, name, first)
             {
                 if seq & 1 != 0 {
                     return RcuHit::Busy;
                 }
                 return RcuHit::Found(d, seq);
             }
-            p = d.d_hash_next.load(Ordering::SeqCst);
+            p = g.protect(&d.d_hash_next);
         }
         RcuHit::Missing
     }
@@ -195,7 +195,7 @@ impl Table {
             if std::ptr::eq(e.d_parent.load(Ordering::Relaxed), parent)
                 && e.d_hash_len.load(Ordering::Relaxed) == want
                 && e.flags() & D_KILLED == 0
-                && e.name_eq(name)
+                && e.name_eq_held(name)
             {
                 self.unlock_bucket(b, head);
                 return Some(p);

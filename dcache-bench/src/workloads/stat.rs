@@ -20,10 +20,11 @@
 //!
 //! Variants (lib): `reffree` — dcache's stat, no reference taken, nothing
 //! shared written; `lockref` — take and drop a LockRef reference on the last
-//! component, as Linux's complete_walk + dput; `epoch` — `reffree` with
-//! crossbeam-epoch instead of seize behind the read sections (the
-//! reclamation-crate comparison). The kernel target has one variant,
-//! `syscall`.
+//! component, as Linux's complete_walk + dput; `section` (stat-same) —
+//! `reffree` inside one read section held across stats. The kernel target
+//! has one variant, `syscall`. (An `epoch` variant, crossbeam-epoch instead
+//! of seize, was removed with crossbeam-epoch itself: see
+//! docs/BENCHMARKS.md, "Choosing the reclamation crate".)
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -38,13 +39,12 @@ use crate::workload::{Case, CaseSpec, Workload};
 use dcache::cred::Cred;
 use dcache::errno::Errno;
 use dcache::fs::memfs::MemFs;
-use dcache::rcu::Reclaim;
-use dcache::vfs::{At, Config, StatMode, Vfs};
+use dcache::vfs::{At, StatMode, Vfs};
 
-const VARIANTS: &[&str] = &["reffree", "lockref", "epoch", "section", "syscall"];
-const LIB_VARIANTS: &[&str] = &["reffree", "lockref", "epoch"];
+const VARIANTS: &[&str] = &["reffree", "lockref", "section", "syscall"];
+const LIB_VARIANTS: &[&str] = &["reffree", "lockref"];
 /// stat-same also runs `section` (one read section held across stats).
-const LIB_VARIANTS_SAME: &[&str] = &["reffree", "lockref", "epoch", "section"];
+const LIB_VARIANTS_SAME: &[&str] = &["reffree", "lockref", "section"];
 const KERNEL_VARIANTS: &[&str] = &["syscall"];
 const ETCD_VARIANTS: &[&str] = &["reffree"];
 
@@ -157,10 +157,9 @@ impl Workload for StatWorkload {
         }
         match (spec.target, spec.variant) {
             ("lib", v) => {
-                let (mode, reclaim) = match v {
-                    "reffree" | "section" => (StatMode::RefFree, Reclaim::Seize),
-                    "lockref" => (StatMode::LockRef, Reclaim::Seize),
-                    "epoch" => (StatMode::RefFree, Reclaim::Epoch),
+                let mode = match v {
+                    "reffree" | "section" => StatMode::RefFree,
+                    "lockref" => StatMode::LockRef,
                     other => return Err(format!("variant {other} does not run on lib")),
                 };
                 let fs = Arc::new(MemFs::new());
@@ -169,14 +168,7 @@ impl Workload for StatWorkload {
                     fs.write_file(&f, b"0123456789")
                         .map_err(|e| e.to_string())?;
                 }
-                let vfs = Vfs::with_config(
-                    fs,
-                    Config {
-                        reclaim,
-                        ..Config::default()
-                    },
-                )
-                .map_err(|e| format!("vfs: {e}"))?;
+                let vfs = Vfs::new(fs).map_err(|e| format!("vfs: {e}"))?;
                 // Warm the cache: every path resolves (or misses) once.
                 for p in &paths {
                     let _ = vfs.as_root().stat(At::Root, p);

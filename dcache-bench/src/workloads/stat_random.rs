@@ -43,7 +43,6 @@ use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
 use dcache::errno::Errno;
 use dcache::fs::memfs::{Limits, MemFs};
-use dcache::rcu::Reclaim;
 use dcache::vfs::{At, Config, StatMode, Vfs};
 
 pub struct StatRandom;
@@ -306,7 +305,6 @@ impl LibCase {
             Config {
                 capacity: entries,
                 max_unused: entries.saturating_mul(2).max(1 << 20),
-                reclaim: Reclaim::Seize,
                 ..Config::default()
             },
         )

@@ -359,8 +359,11 @@ pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
     let inode = iget(sb, attr, d);
     let _g = d.d_lockref.lock();
     d.d_seq.write_begin();
-    // SeqCst: an RCU-published pointer (readers load it with SeqCst).
-    let old = d.d_inode.swap(inode, Ordering::SeqCst);
+    // AcqRel: Release so a reader whose protected load (`RcuGuard::protect`)
+    // sees the new pointer sees the inode's fields; Acquire for the old
+    // value we go on to drop. (seize's grace-period argument rests on its
+    // own barriers, not on this store.)
+    let old = d.d_inode.swap(inode, Ordering::AcqRel);
     d.d_seq.write_end();
     if d.flags() & D_NEG_COUNTED != 0 {
         d.clear_flags(D_NEG_COUNTED);
@@ -384,8 +387,9 @@ pub(crate) fn d_delete(sb: &Super, dref: DentryRef<'_>) {
     let g = d.d_lockref.lock();
     if g.count() == 1 && d.flags() & D_HASHED != 0 {
         d.d_seq.write_begin();
-        // SeqCst: RCU-published pointer.
-        let old = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        // AcqRel: as in d_instantiate (null publishes nothing; Acquire for
+        // the old inode we go on to drop).
+        let old = d.d_inode.swap(std::ptr::null_mut(), Ordering::AcqRel);
         d.d_seq.write_end();
         if d.flags() & D_NEG_COUNTED == 0 {
             d.set_flags(D_NEG_COUNTED);
@@ -488,7 +492,7 @@ fn retain_or_kill(dp: *mut Dentry, d: &Dentry, g: LockRefGuard<'_>) -> Option<*m
             let mut lru = sb.lru.lock_unpoisoned();
             // SAFETY: dp is not null.
             let p = unsafe { NonNull::new_unchecked(dp) };
-            if d.inode_ptr().is_null() {
+            if d.inode_ptr_held().is_null() {
                 lru.negative.push_back(p);
             } else {
                 lru.positive.push_back(p);
@@ -522,8 +526,8 @@ fn kill(sb: &Super, dp: *mut Dentry, mut g: LockRefGuard<'_>) -> *mut Dentry {
     // then see the inode gone under an unchanged d_seq and answer ENOENT
     // for a name that exists (tests/stress.rs has the race).
     d.d_seq.write_begin();
-    // SeqCst: RCU-published pointer.
-    let inode = d.d_inode.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    // AcqRel: as in d_instantiate (Acquire for the inode we go on to drop).
+    let inode = d.d_inode.swap(std::ptr::null_mut(), Ordering::AcqRel);
     d.d_seq.write_end();
     let listed = d.flags() & D_LRU_LIST != 0;
     drop(g);
@@ -624,7 +628,7 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
             d.set_flags(D_LRU_LIST);
             sb.counters.unused.fetch_add(1, StdOrdering::Relaxed);
             let mut lru = sb.lru.lock_unpoisoned();
-            if d.inode_ptr().is_null() {
+            if d.inode_ptr_held().is_null() {
                 lru.negative.push_back(p);
             } else {
                 lru.positive.push_back(p);
@@ -639,11 +643,10 @@ pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {
     freed
 }
 
-/// Free every dentry and inode of a Vfs being dropped. Returns whether every
-/// one of them is back in its slab, those retired earlier included: `false`
-/// only when crossbeam-epoch's global collector still holds some after a
-/// bounded wait, in which case the caller must leave the Super allocated.
-pub(crate) fn teardown(sb: &Super) -> bool {
+/// Free every dentry and inode of a Vfs being dropped, those retired
+/// earlier included (the Vfs's own collector frees them in `barrier_all`):
+/// afterwards nothing refers to the Super.
+pub(crate) fn teardown(sb: &Super) {
     // Nobody else can hold references (DentryRefs borrow the Vfs), so every
     // cached dentry is unused or pinned only by its children. Free them all
     // directly; order does not matter, nothing is dereferenced after.
@@ -712,15 +715,8 @@ pub(crate) fn teardown(sb: &Super) -> bool {
     drop(map);
     sb.counters.negative.store(0, StdOrdering::Relaxed);
     sb.counters.unused.store(0, StdOrdering::Relaxed);
-    // Objects retired before the teardown: seize's `reclaim_all` (in
-    // barrier_all) freed ours; crossbeam-epoch frees them once the global
-    // epoch has moved twice, which needs every pinned thread to move on.
-    for _ in 0..10_000 {
-        if sb.dentry_cache.live() == 0 && sb.inode_cache.live() == 0 {
-            return true;
-        }
-        sb.rcu.nudge();
-        crate::sync::yield_now();
-    }
-    false
+    // Objects retired before the teardown were freed by `barrier_all`
+    // (seize's `reclaim_all` on this Vfs's collector) above.
+    debug_assert_eq!(sb.dentry_cache.live(), 0);
+    debug_assert_eq!(sb.inode_cache.live(), 0);
 }

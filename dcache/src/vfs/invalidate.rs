@@ -129,8 +129,16 @@ fn drop_entry(sb: &Super, dir: Ino, name: &[u8]) {
         };
         if let Some(c) = child {
             // A rename may have moved it meanwhile: only that name goes.
+            // Compared in a read section: a rename may retire the
+            // out-of-line name, which our reference does not pin.
             let d = c.dentry();
-            if d.d_parent.load(crate::sync::Ordering::Relaxed) == a.as_ptr() && d.name_eq(name) {
+            let g = sb.rcu.read_lock();
+            // Relaxed: the parent pointer is only compared, never
+            // dereferenced.
+            let same = d.d_parent.load(crate::sync::Ordering::Relaxed) == a.as_ptr()
+                && d.name_eq_rcu(&g, name);
+            drop(g);
+            if same {
                 dcache::d_drop(sb, d);
             }
         }

@@ -83,7 +83,7 @@ impl Vfs {
         match mode {
             StatMode::RefFree => {
                 let read = |dd: &'g Dentry| {
-                    let i = inode_of(dd)?;
+                    let i = inode_of(g, dd)?;
                     out.write(i.try_attr()?);
                     Some(i)
                 };
@@ -173,9 +173,10 @@ impl Vfs {
     /// [`AsCred::lookup`](crate::AsCred::lookup) of `path` from `at` (a
     /// final symlink is not followed) for callers that can pin the result
     /// by other means (the FUSE daemon: a node the kernel already holds):
-    /// when rcu mode resolves the name, `claim` gets the positive dentry
-    /// and its validated attributes, still inside the read section (the
-    /// dentry is only guaranteed to exist until `claim` returns), and
+    /// when rcu mode resolves the name, `claim` gets the positive dentry,
+    /// its inode (loaded inside the section) and its validated attributes,
+    /// still inside the read section (the dentry and inode are only
+    /// guaranteed to exist until `claim` returns), and
     /// `Ok(Ok(r))` is its answer. When `claim` declines (`None`), rcu mode
     /// stops, or the backend revalidates names, the walk goes on with
     /// references where it stood, and `Ok(Err(d))` is the counted
@@ -190,7 +191,7 @@ impl Vfs {
         cred: &Cred,
         at: At<'_>,
         path: &[u8],
-        claim: impl FnOnce(&Dentry, &Attr) -> Option<R>,
+        claim: impl FnOnce(&Dentry, &Inode, &Attr) -> Option<R>,
     ) -> Result<std::result::Result<R, DentryRef<'_>>> {
         check_path(path)?;
         let flags = WalkFlags::follow(false);
@@ -201,12 +202,13 @@ impl Vfs {
         }
         let w = {
             let g = self.sb().rcu.read_lock();
-            fn read(dd: &Dentry) -> Option<(&Dentry, Attr)> {
-                Some((dd, inode_of(dd)?.try_attr()?))
-            }
+            let read = |dd| {
+                let i = inode_of(&g, dd)?;
+                Some((dd, i, i.try_attr()?))
+            };
             match self.walk_rcu(&g, cred, at, path, flags, read) {
-                Walked::Rcu((dd, a)) => {
-                    if let Some(r) = claim(dd, &a) {
+                Walked::Rcu((dd, i, a)) => {
+                    if let Some(r) = claim(dd, i, &a) {
                         return Ok(Ok(r));
                     }
                     if let Some(d) = DentryRef::try_get(dd) {

@@ -38,14 +38,16 @@ impl Vfs {
             return None;
         };
         let r = DentryRef::try_get(found)?;
-        // Our reference keeps it from here on.
-        drop(g);
         let dr = r.dentry();
-        // With a reference held, make sure it still is that name.
+        // With a reference held, make sure it still is that name. Still in
+        // the read section: a concurrent rename may retire the out-of-line
+        // name that the comparison reads, which the reference does not pin.
         let s = dr.d_seq.read_begin();
+        // Relaxed: compared only, and validated by d_seq.
         let ok = dr.flags() & D_HASHED != 0
             && dr.d_parent.load(crate::sync::Ordering::Relaxed) == parent.as_ptr()
-            && dr.name_eq(name);
+            && dr.name_eq_rcu(&g, name);
+        drop(g);
         if ok && !dr.d_seq.read_retry(s) {
             Some(r)
         } else {

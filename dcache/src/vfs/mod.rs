@@ -42,7 +42,7 @@ use crate::cred::Cred;
 use crate::dentry::Dentry;
 use crate::fs::{Attr, FileSystem, FileType, Ino};
 use crate::inode::Inode;
-use crate::rcu::{Rcu, Reclaim};
+use crate::rcu::Rcu;
 use crate::seqcount::SeqCount;
 use crate::slab::Slab;
 use crate::table::Table;
@@ -69,11 +69,6 @@ pub struct Config {
     pub max_unused: usize,
     /// Negative dentries beyond this are shrunk first.
     pub max_negative: usize,
-    /// The reclamation crate behind the rcu read sections.
-    // For dcache-bench (seize vs crossbeam-epoch); not part of the supported
-    // API.
-    #[doc(hidden)]
-    pub reclaim: Reclaim,
 }
 
 impl Default for Config {
@@ -82,7 +77,6 @@ impl Default for Config {
             capacity: 1 << 16,
             max_unused: 1 << 20,
             max_negative: 1 << 16,
-            reclaim: Reclaim::Seize,
         }
     }
 }
@@ -304,7 +298,7 @@ impl<'v> DentryRef<'v> {
 
     /// The inode, or `None` for a negative dentry.
     pub fn inode(&self) -> Option<&Inode> {
-        let p = self.dentry().inode_ptr();
+        let p = self.dentry().inode_ptr_held();
         // SAFETY: the result borrows this reference, and while a counted
         // reference exists the dentry's inode pointer does not go away: it
         // changes only from null (`d_instantiate` of a negative dentry),
@@ -317,7 +311,7 @@ impl<'v> DentryRef<'v> {
 
     /// True if the name has no inode (a cached "does not exist").
     pub fn is_negative(&self) -> bool {
-        self.dentry().inode_ptr().is_null()
+        self.dentry().inode_ptr_held().is_null()
     }
 
     /// The inode number, or `None` for a negative dentry.
@@ -337,7 +331,11 @@ impl<'v> DentryRef<'v> {
 
     /// The last component of the name, copied (empty for the root).
     pub fn name(&self) -> Vec<u8> {
-        self.dentry().name()
+        // A read section: our reference does not keep a concurrent rename
+        // from retiring the out-of-line name being copied.
+        let d = self.dentry();
+        let g = dcache::sb_of(d).rcu.read_lock();
+        d.name_rcu(&g)
     }
 
     /// The reference count (racy; diagnostics and tests).
@@ -357,17 +355,20 @@ impl<'v> DentryRef<'v> {
         let sb = dcache::sb_of(self.dentry());
         loop {
             let g = sb.rcu.read_lock();
-            let p = self.dentry().parent_ptr();
-            // SAFETY: the parent is alive while this dentry (which pins it)
-            // is, and we are in a read section in case a rename just moved
-            // the dentry and let the old parent go.
-            let pr = unsafe { &*p };
-            if let Some(parent) = DentryRef::try_get(pr) {
-                if self.dentry().parent_ptr() == p {
-                    drop(g);
-                    return parent;
+            // In a read section in case a rename just moved the dentry and
+            // its old parent is on its way out.
+            if let Some(pr) = self.dentry().parent_rcu(&g) {
+                if let Some(parent) = DentryRef::try_get(pr) {
+                    let same = self
+                        .dentry()
+                        .parent_rcu(&g)
+                        .is_some_and(|q| std::ptr::eq(q, pr));
+                    if same {
+                        drop(g);
+                        return parent;
+                    }
+                    // Moved meanwhile: `parent` is dropped (dput); retry.
                 }
-                // Moved meanwhile: `parent` is dropped (dput) and we retry.
             }
             drop(g);
             crate::sync::yield_now();
@@ -430,7 +431,7 @@ impl Vfs {
             revalidate: fs.needs_revalidate(),
             fs,
             table: Table::with_capacity(config.capacity),
-            rcu: Rcu::new(config.reclaim),
+            rcu: Rcu::new(),
             rename_seq: SeqCount::new(),
             rename_lock: Mutex::new(()),
             inodes: Mutex::new(dcache::InodeMap::default()),
@@ -550,16 +551,11 @@ impl Drop for Vfs {
     fn drop(&mut self) {
         // Reports from now on find nothing; one in progress ends first.
         self.sb().hub.detach();
-        if !dcache::teardown(self.sb()) {
-            // Objects retired to crossbeam-epoch's global collector are
-            // still waiting for the epoch to move (another thread sits in
-            // a read section); their free callbacks will use the Super and
-            // its slabs, so both are left allocated.
-            return;
-        }
+        dcache::teardown(self.sb());
         // SAFETY: teardown freed every dentry and inode, retired ones
-        // included (nothing points at the Super any more), and the pointer
-        // came from Box::into_raw in with_config.
+        // included (this Vfs's own collector ran every pending free), so
+        // nothing points at the Super any more; the pointer came from
+        // Box::into_raw in with_config.
         drop(unsafe { Box::from_raw(self.sb.as_ptr()) });
     }
 }

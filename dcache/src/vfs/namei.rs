@@ -37,14 +37,11 @@ use crate::permission::{generic_permission, may_search, search_for_all, MAY_EXEC
 use crate::rcu::RcuGuard;
 use crate::table::RcuHit;
 
-/// `d`'s inode, borrowed as long as `d` is: a dentry borrowed from a read
-/// section (or a reference) lends its inode for as long.
+/// `d`'s inode, loaded inside the read section `g` (see
+/// [`Dentry::inode_rcu`]).
 #[inline(always)]
-pub(super) fn inode_of(d: &Dentry) -> Option<&Inode> {
-    // SAFETY: `d` is borrowed from a read section or a counted reference;
-    // an inode is freed only a grace period after no dentry points to it,
-    // so it outlives the section (or reference) that reached it through d.
-    unsafe { d.inode_ptr().as_ref() }
+pub(super) fn inode_of<'g>(g: &'g RcuGuard<'_>, d: &'g Dentry) -> Option<&'g Inode> {
+    d.inode_rcu(g)
 }
 
 /// What the caller wants of the last component.
@@ -205,7 +202,7 @@ impl<'g> Mode for RcuWalk<'_, 'g, '_> {
 
     #[inline(always)]
     fn dir_inode(&self) -> Option<&Inode> {
-        inode_of(self.cur)
+        inode_of(self.g, self.cur)
     }
 
     #[inline(always)]
@@ -249,7 +246,7 @@ impl<'g> Mode for RcuWalk<'_, 'g, '_> {
         // case pays for the test). Its unhash cleared D_HASHED before
         // invalidating d_seq (Release), so a sample taken after that
         // (Acquire) sees the flag cleared.
-        if inode_of(dd).is_none() && dd.flags() & D_HASHED == 0 {
+        if inode_of(self.g, dd).is_none() && dd.flags() & D_HASHED == 0 {
             return Err(Stop::Fallback);
         }
         Ok((dd, dseq))
@@ -257,7 +254,7 @@ impl<'g> Mode for RcuWalk<'_, 'g, '_> {
 
     #[inline(always)]
     fn child_inode<'a>(&'a self, ch: &'a (&'g Dentry, u32)) -> Option<&'a Inode> {
-        inode_of(ch.0)
+        inode_of(self.g, ch.0)
     }
 
     #[inline(always)]
@@ -277,10 +274,11 @@ impl<'g> Mode for RcuWalk<'_, 'g, '_> {
             return Ok(());
         }
         let cd = self.cur;
-        // SAFETY: a parent is freed only a grace period after its last
-        // child lets it go, so it outlives the read section that reached
-        // the child.
-        let pd: &'g Dentry = unsafe { &*cd.parent_ptr() };
+        // A parent is freed only a grace period after its last child lets
+        // it go: protected by the section.
+        let Some(pd) = cd.parent_rcu(self.g) else {
+            return Err(Stop::Fallback);
+        };
         let ps = pd.d_seq.raw_begin();
         if ps & 1 != 0 || cd.d_seq.read_retry(self.seq) {
             return Err(Stop::Fallback);
@@ -292,7 +290,7 @@ impl<'g> Mode for RcuWalk<'_, 'g, '_> {
 
     #[inline(always)]
     fn link(&mut self, (dd, dseq): (&'g Dentry, u32)) -> std::result::Result<&'g [u8], Stop> {
-        let Some(inode) = inode_of(dd) else {
+        let Some(inode) = inode_of(self.g, dd) else {
             return Err(Stop::Fallback);
         };
         // The target lives with the inode, past this read section's use.
@@ -328,13 +326,13 @@ impl<'v, 'g, 'c> RcuWalk<'v, 'g, 'c> {
     /// under `cd`) still holds.
     #[cold]
     fn revalidate(&self, cd: &Dentry, dd: &Dentry, name: &[u8]) -> bool {
-        let Some(dir) = inode_of(cd) else {
+        let Some(dir) = inode_of(self.g, cd) else {
             return false;
         };
         self.sb.fs.revalidate(
             dir.ino,
             name,
-            inode_of(dd).map(|i| i.ino),
+            inode_of(self.g, dd).map(|i| i.ino),
             dd.d_time.load(crate::sync::Ordering::Relaxed),
             true,
         ) == Validity::Valid

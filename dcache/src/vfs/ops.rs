@@ -471,7 +471,9 @@ impl Vfs {
             unsafe { sb.table.remove(d.as_ptr()) };
         }
         dd.d_seq.write_begin();
-        let old_parent = dd.d_parent.swap(new_parent.as_ptr(), Ordering::SeqCst);
+        // AcqRel: Release so a reader whose protected load sees the new
+        // parent sees it initialised; Acquire for the old one we dput.
+        let old_parent = dd.d_parent.swap(new_parent.as_ptr(), Ordering::AcqRel);
         let old_ext = dd.store_name(new_name);
         dd.d_hash_len.store(
             crate::dentry::hash_len(name_hash(new_name), new_name.len()),
@@ -499,7 +501,8 @@ impl Vfs {
     fn d_exchange(&self, a: &DentryRef<'_>, b: &DentryRef<'_>) {
         let sb = self.sb();
         let (ad, bd) = (a.dentry(), b.dentry());
-        let (an, bn) = (ad.name(), bd.name());
+        // The rename lock keeps both names (name_held).
+        let (an, bn) = (ad.name_held(), bd.name_held());
         let (first, second) = if a.as_ptr() < b.as_ptr() {
             (ad, bd)
         } else {
@@ -518,8 +521,10 @@ impl Vfs {
         bd.d_seq.write_begin();
         let ap = ad.d_parent.load(Ordering::Relaxed);
         let bp = bd.d_parent.load(Ordering::Relaxed);
-        ad.d_parent.store(bp, Ordering::SeqCst);
-        bd.d_parent.store(ap, Ordering::SeqCst);
+        // Release: a reader whose protected load sees a new parent sees it
+        // initialised (as in d_move).
+        ad.d_parent.store(bp, Ordering::Release);
+        bd.d_parent.store(ap, Ordering::Release);
         let ea = ad.store_name(&bn);
         let eb = bd.store_name(&an);
         ad.d_hash_len.store(
@@ -689,7 +694,7 @@ fn is_ancestor_or_self(anc: &Dentry, d: &Dentry) -> bool {
             return true;
         }
         // SAFETY: `cur` is `d` or an ancestor of it, pinned (see above).
-        let parent = unsafe { &*cur }.parent_ptr() as *const Dentry;
+        let parent = unsafe { &*cur }.parent_ptr_held() as *const Dentry;
         if std::ptr::eq(parent, cur) {
             // The root is its own parent.
             return false;

@@ -1,13 +1,12 @@
 //! [`ReadSection`]: many lookups inside one read section.
 //!
 //! Every `stat` enters and leaves a read section of the reclamation crate,
-//! and leaving costs a locked read-modify-write (seize's swap; crossbeam's
-//! pin pays a fence on entry instead): on this host about as much as the
-//! rest of a cached 4-component stat's shared-memory traffic. A caller that
-//! makes many calls in a row (a server draining a queue, a build tool
-//! stat-ing a tree) can stay in one section and pay that once per
-//! `refresh_every` calls: the section is refreshed (seize's `refresh`,
-//! crossbeam's `repin`) every that many calls, so memory retired meanwhile
+//! and leaving costs a locked read-modify-write (seize's swap): on this
+//! host about as much as the rest of a cached 4-component stat's
+//! shared-memory traffic. A caller that makes many calls in a row (a server
+//! draining a queue, a build tool stat-ing a tree) can stay in one section
+//! and pay that once per `refresh_every` calls: the section is refreshed
+//! (seize's `refresh`) every that many calls, so memory retired meanwhile
 //! waits at most that many of this caller's calls (or until the section is
 //! dropped) before it can be freed. Drop the section before blocking for
 //! long: an idle holder delays every free in the `Vfs`.
