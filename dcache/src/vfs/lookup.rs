@@ -44,13 +44,8 @@ impl Vfs {
     /// section.
     #[cold]
     #[inline(never)]
-    pub(crate) fn stat_ref(
-        &self,
-        w: Box<RefWalk<'_, '_>>,
-        cred: &Cred,
-        follow: bool,
-    ) -> Result<Attr> {
-        let d = (*w).finish(self, cred, WalkFlags::follow(follow))?;
+    pub(crate) fn stat_ref(&self, w: RefWalk<'_, '_>, cred: &Cred, follow: bool) -> Result<Attr> {
+        let d = w.finish(self, cred, WalkFlags::follow(follow))?;
         let inode = d.inode().ok_or(Errno::ENOENT)?;
         let a = inode.attr();
         if self.sb().revalidate {
@@ -214,13 +209,13 @@ impl Vfs {
                     if let Some(d) = DentryRef::try_get(dd) {
                         return Ok(Err(d));
                     }
-                    Box::new(RefWalk::start(self, at, path)?)
+                    RefWalk::start(self, at, path)?
                 }
                 Walked::Err(e) => return Err(e),
                 Walked::Unlazied(w) => w,
             }
         };
-        (*w).finish(self, cred, flags).map(Err)
+        w.finish(self, cred, flags).map(Err)
     }
 }
 

@@ -54,17 +54,19 @@ enum By {
     Restarted,
 }
 
-/// `stat` of `path`, and how it was answered.
+/// `stat` of `path`, and how it was answered. (The other thread's
+/// namespace operation walks to its parent in ref mode, so `ref_walks` is
+/// not this walk's alone; it neither unlazies nor restarts.)
 fn stat_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
     let c = vfs.counters();
-    let (walks, unlazied) = (c.ref_walks(), c.unlazied());
+    let (unlazied, restarts) = (c.unlazied(), c.restarts());
     let r = vfs.as_root().stat(At::Root, path).map(|a| a.ino);
-    let by = if c.ref_walks() == walks {
-        By::Rcu
+    let by = if c.restarts() > restarts {
+        By::Restarted
     } else if c.unlazied() > unlazied {
         By::Unlazied
     } else {
-        By::Restarted
+        By::Rcu
     };
     (r, by)
 }
@@ -72,9 +74,7 @@ fn stat_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
 /// One walker resolving `path` while another thread runs `mutate`; `check`
 /// judges the walker's answer, given the inode of p/f and whether `mutate`
 /// had finished before the walk started. Returns how many executions were
-/// answered each way (rcu mode alone must be one of them: a walk that
-/// always fell back would pass every check while proving nothing about
-/// rcu mode).
+/// answered each way.
 fn walk_vs(
     mutate: fn(&Vfs),
     path: &'static str,
@@ -100,11 +100,16 @@ fn walk_vs(
         t.join().unwrap();
     });
     let t = *tally.lock().unwrap();
+    t
+}
+
+/// rcu mode must answer alone in some executions: a walk that always fell
+/// back would pass every check while proving nothing about rcu mode.
+fn rcu_answered(t: [usize; 3]) {
     assert!(
         t[By::Rcu as usize] > 0,
         "rcu mode answered in no interleaving: {t:?}"
     );
-    t
 }
 
 fn rename_f_to_g(vfs: &Vfs) {
@@ -126,33 +131,33 @@ fn old_name_gone(r: Result<u64, Errno>, f: u64, after: bool) {
 
 #[test]
 fn loom_walk_old_name_vs_rename() {
-    walk_vs(rename_f_to_g, "p/f", old_name_gone);
+    rcu_answered(walk_vs(rename_f_to_g, "p/f", old_name_gone));
 }
 
 #[test]
 fn loom_walk_new_name_vs_rename() {
-    walk_vs(rename_f_to_g, "p/g", |r, f, after| match r {
+    rcu_answered(walk_vs(rename_f_to_g, "p/g", |r, f, after| match r {
         Ok(ino) => assert_eq!(ino, f),
         Err(e) => {
             assert_eq!(e, Errno::ENOENT);
             assert!(!after, "new name missing after the rename finished");
         }
-    });
+    }));
 }
 
 #[test]
 fn loom_walk_vs_unlink() {
-    walk_vs(
+    rcu_answered(walk_vs(
         |vfs| vfs.as_root().unlink(At::Root, "p/f").unwrap(),
         "p/f",
         old_name_gone,
-    );
+    ));
 }
 
 #[test]
 fn loom_walk_vs_create() {
     // p/g is a cached negative dentry that the create turns positive.
-    walk_vs(
+    rcu_answered(walk_vs(
         |vfs| {
             vfs.as_root().create(At::Root, "p/g", 0o644).unwrap();
         },
@@ -163,15 +168,28 @@ fn loom_walk_vs_create() {
                 assert!(!after, "stale negative entry seen after the create");
             }
         },
-    );
+    ));
+}
+
+#[test]
+fn loom_walk_vs_directory_rename() {
+    rcu_answered(walk_vs(
+        |vfs| {
+            vfs.as_root()
+                .rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
+                .unwrap()
+        },
+        "p/f",
+        old_name_gone,
+    ));
 }
 
 /// p/h is not cached at all while another thread creates it: rcu mode
-/// answers once the create is in the table, and otherwise stops at the
-/// miss and goes on in ref mode from p, where it stood (p itself never
-/// changes here, so no execution may start over from the root).
+/// answers once the create is in the table; otherwise it stops at the miss
+/// and the walk goes on in ref mode from p. (A walk that read p/h while the
+/// create made it positive starts over: the name changed under it.)
 #[test]
-fn loom_walk_fallback_continues_where_rcu_stopped() {
+fn loom_walk_vs_create_of_an_uncached_name() {
     let t = walk_vs(
         |vfs| {
             vfs.as_root().create(At::Root, "p/h", 0o644).unwrap();
@@ -184,22 +202,27 @@ fn loom_walk_fallback_continues_where_rcu_stopped() {
             }
         },
     );
+    rcu_answered(t);
     assert!(
         t[By::Unlazied as usize] > 0,
         "no walk went on from p: {t:?}"
     );
-    assert_eq!(t[By::Restarted as usize], 0, "a walk started over: {t:?}");
 }
 
+/// p/x is never cached, while another thread creates p/h in the same
+/// directory (its lock, its table bucket, its attributes): rcu mode always
+/// stops at the miss, and every walk goes on from p, where it stood; none
+/// starts over, since nothing the walk stood on changed.
 #[test]
-fn loom_walk_vs_directory_rename() {
-    walk_vs(
+fn loom_walk_fallback_continues_where_rcu_stopped() {
+    let t = walk_vs(
         |vfs| {
-            vfs.as_root()
-                .rename(At::Root, "p", At::Root, "q", RenameFlags::NONE)
-                .unwrap()
+            vfs.as_root().create(At::Root, "p/h", 0o644).unwrap();
         },
-        "p/f",
-        old_name_gone,
+        "p/x",
+        |r, _f, _after| assert_eq!(r, Err(Errno::ENOENT)),
     );
+    assert_eq!(t[By::Rcu as usize], 0, "p/x was never cached: {t:?}");
+    assert_eq!(t[By::Restarted as usize], 0, "a walk started over: {t:?}");
+    assert!(t[By::Unlazied as usize] > 0, "{t:?}");
 }

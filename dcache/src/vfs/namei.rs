@@ -391,16 +391,19 @@ impl<'v, 'g, 'c> RcuWalk<'v, 'g, 'c> {
     }
 }
 
-/// How an rcu-mode walk ended.
+/// How an rcu-mode walk ended. Returned in place (the caller's slot): the
+/// fast path writes only the tag and `R`; the large ref-mode state is
+/// written only when rcu mode stopped, and boxing it would cost an
+/// allocation on every fallback.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Walked<'v, 'p, R> {
     /// Answered in rcu mode (validated).
     Rcu(R),
     /// A definite error.
     Err(Errno),
     /// rcu mode stopped: go on in ref mode from here, after leaving the
-    /// read section (boxed: the slow path pays for the state it carries,
-    /// not every walk's return value).
-    Unlazied(Box<RefWalk<'v, 'p>>),
+    /// read section.
+    Unlazied(RefWalk<'v, 'p>),
 }
 
 /// A walk in ref mode, or the state one continues from: a reference on
@@ -614,7 +617,7 @@ impl Vfs {
             .restarts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match RefWalk::start(self, at, path) {
-            Ok(w) => Walked::Unlazied(Box::new(w)),
+            Ok(w) => Walked::Unlazied(w),
             Err(e) => Walked::Err(e),
         }
     }
@@ -637,7 +640,7 @@ impl Vfs {
                 Walked::Unlazied(w) => w,
             }
         };
-        (*w).finish(self, cred, flags).map(Err)
+        w.finish(self, cred, flags).map(Err)
     }
 
     /// A walk in ref mode only (namespace operations resolving a parent).
@@ -708,7 +711,7 @@ impl<'v, 'g> RcuWalk<'v, 'g, '_> {
                 counters
                     .unlazied
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Walked::Unlazied(Box::new(RefWalk { cur, comps }))
+                Walked::Unlazied(RefWalk { cur, comps })
             }
             None => vfs.restart(at, path),
         }
