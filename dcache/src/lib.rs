@@ -87,7 +87,7 @@ pub use fs::{
     SetAttr, SetTime, Timespec,
 };
 pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, Vfs};
-// For dcache-bench and the integration tests (the lockref stat mode); not
-// part of the supported API.
-#[doc(hidden)]
+// The benchmark's knob (the Linux-style lockref stat); not part of the
+// supported API.
+#[cfg(feature = "experiments")]
 pub use vfs::StatMode;

@@ -267,8 +267,12 @@ fn lock_orders_data_under_it<P: Policy>() {
 
 macro_rules! for_each_policy {
     ($($test:ident),* $(,)?) => {
+        // The comparison policies need dcache's `experiments` feature.
+        #[cfg(feature = "experiments")]
         mod linux { $( #[test] fn $test() { super::$test::<dcache::lockref::Linux>() } )* }
+        #[cfg(feature = "experiments")]
         mod spinwait { $( #[test] fn $test() { super::$test::<dcache::lockref::SpinWait>() } )* }
+        #[cfg(feature = "experiments")]
         mod waiman { $( #[test] fn $test() { super::$test::<dcache::lockref::Waiman>() } )* }
         mod dcache_policy { $( #[test] fn $test() { super::$test::<dcache::lockref::Dcache>() } )* }
     };

@@ -212,20 +212,26 @@ impl<'a> From<&'a DentryRef<'_>> for At<'a> {
     }
 }
 
-/// How `stat` treats the last component.
-// For dcache-bench and the integration tests (the Linux-style lockref stat
-// for comparison); not part of the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum StatMode {
-    /// dcache's own: read the attributes inside the read section and
-    /// validate the sequence counters; no reference, no shared store.
-    #[default]
-    RefFree,
-    /// What Linux does: take and drop a LockRef reference on the last
-    /// component (complete_walk + dput).
-    LockRef,
+mod stat_mode {
+    /// How `stat` treats the last component: one of the benchmark's
+    /// comparison knobs (public only with the `experiments` feature, for
+    /// [`AsCred::stat_with`](crate::AsCred::stat_with)).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub enum StatMode {
+        /// dcache's own: read the attributes inside the read section and
+        /// validate the sequence counters; no reference, no shared store.
+        #[default]
+        RefFree,
+        /// What Linux does: take and drop a LockRef reference on the last
+        /// component (complete_walk + dput).
+        #[cfg_attr(not(feature = "experiments"), allow(dead_code))]
+        LockRef,
+    }
 }
+#[cfg(feature = "experiments")]
+pub use stat_mode::StatMode;
+#[cfg(not(feature = "experiments"))]
+pub(crate) use stat_mode::StatMode;
 
 /// A counted reference to a dentry; dropping it is `dput`.
 pub struct DentryRef<'v> {
