@@ -10,8 +10,10 @@
 
 use dcache::file::{FdTable, FileRef, OpenParts, Split};
 use dcache::fs::{Attr, FileSystem, Ino};
-use dcache::sync::{thread, Arc, AtomicUsize, Ordering};
 use dcache::Errno;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
 
 struct CountFs {
     releases: AtomicUsize,

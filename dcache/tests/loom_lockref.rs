@@ -13,7 +13,10 @@
 #![cfg(loom)]
 
 use dcache::lockref::{LockRef, Policy, DEAD, LOCKED, UNLOCKED};
-use dcache::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::Arc;
+use loom::thread;
 
 /// `loom::model` with a default preemption bound of 4. Unbounded, the
 /// `Waiman` models (whose floors send low counts through the spinlock, where
