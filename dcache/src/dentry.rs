@@ -348,8 +348,11 @@ impl Dentry {
     /// reference that pins the inode): an inode is freed a grace period
     /// after its last dentry lets it go. SeqCst: an RCU-protected pointer
     /// load (seize requires it; a plain `mov` on x86).
-    // For dcache-fuse; not part of the supported API.
-    #[doc(hidden)]
+    ///
+    /// For frontends that pin the inode by their own means (see
+    /// [`Vfs::lookup_rcu_with`](crate::Vfs::lookup_rcu_with)); a holder of
+    /// a [`DentryRef`](crate::DentryRef) has the safe
+    /// [`DentryRef::inode`](crate::DentryRef::inode).
     #[inline(always)]
     pub fn inode_ptr(&self) -> *mut Inode {
         self.d_inode.load(Ordering::SeqCst)

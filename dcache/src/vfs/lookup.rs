@@ -170,11 +170,31 @@ impl Vfs {
     ///
     /// `None`: no answer here (the walk gave up, the backend revalidates
     /// names, a writer interfered, or `claim` declined); the caller then
-    /// falls back to [`AsCred::lookup`](crate::AsCred::lookup). `Some(Err)`: a definite error, as
-    /// `lookup` would return it.
-    // For dcache-fuse (LOOKUP of a node the kernel holds); not part of the
-    // supported API.
-    #[doc(hidden)]
+    /// falls back to [`AsCred::lookup`](crate::AsCred::lookup). `Some(Err)`:
+    /// a definite error, as `lookup` would return it (EXDEV for an
+    /// [`At::Dir`] of another `Vfs`).
+    ///
+    /// This is how a frontend answers a lookup without touching a shared
+    /// cache line: `claim` may pin the result by its own means (dcache-fuse
+    /// counts one more kernel lookup on the inode's
+    /// [`frontend_word`](crate::inode::Inode::frontend_word) with one
+    /// compare-and-swap, which succeeds only while the node it publishes
+    /// holds a reference). The `&Dentry` and the attributes must not
+    /// escape `claim` unless so pinned.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use dcache::fs::memfs::MemFs;
+    /// # use dcache::{At, Cred, Vfs};
+    /// # let fs = Arc::new(MemFs::new());
+    /// # fs.write_file("f", b"x")?;
+    /// let vfs = Vfs::new(fs)?;
+    /// vfs.as_root().stat(At::Root, "f")?; // cache it
+    /// let size = vfs.lookup_rcu_with(&Cred::ROOT, At::Root, b"f", |_, a| Some(a.size));
+    /// // Answered lock-free, or `None`: then ask `lookup`.
+    /// assert!(matches!(size, Some(Ok(1)) | None));
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
     #[inline]
     pub fn lookup_rcu_with<R>(
         &self,
