@@ -110,8 +110,10 @@ pub trait Layout: Send + Sync + 'static {
 /// open and only read afterwards) are read-mostly.
 pub const HOT_FIELDS: [&str; 3] = ["f_count", "f_pos_lock", "f_pos"];
 
-/// A type's layout as `dcache layout` prints it.
+/// A type's layout as `dcache layout` prints it (made by
+/// [`Layout::describe`]; more may be reported later).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LayoutInfo {
     /// `"split"` or `"packed"`.
     pub layout: &'static str,

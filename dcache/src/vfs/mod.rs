@@ -87,8 +87,10 @@ impl Default for Config {
 }
 
 /// Live-object counts. Shared through an `Arc` so a test can read them after
-/// the `Vfs` is dropped (all must then be 0).
+/// the `Vfs` is dropped (all must then be 0). More counters may come, so
+/// only dcache constructs it.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Counters {
     /// Live dentries: allocated and not yet retired.
     pub dentries: AtomicUsize,
