@@ -156,7 +156,7 @@ impl<T> Slab<T> {
     }
 
     /// Bytes of chunks held (live objects, free slots and the uncarved rest).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub fn footprint(&self) -> usize {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.chunks.iter().map(|(_, l)| l.size()).sum()

@@ -54,7 +54,7 @@ fn loom_invalidate_create_vs_lookup() {
         // The backend is not modelled (std locks): a loom switch point
         // first, so the lookup can also run before the change.
         thread::yield_now();
-        fs.create(p, b"x", 0o644).unwrap();
+        fs.create(p, b"x", 0o644, crate::fs::Ctx::ROOT).unwrap();
         vfs.invalidate_entry(p, b"x");
         t.join().unwrap();
         assert!(
