@@ -9,8 +9,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dcache::cache_aligned::CacheAligned;
 use dcache::lockref::{Dcache, Linux, LockRef, Policy, SpinWait, Waiman};
+use dcache_bench::cache_aligned::CacheAligned;
 
 fn get_put<P: Policy>(c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
     let lr = CacheAligned::new(LockRef::<P>::with_count(10));

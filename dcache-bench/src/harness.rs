@@ -13,7 +13,9 @@ use super::progress::Progress;
 use super::report::{mean_total, RunResult, Sample};
 use super::worker::{catch, Gate, Shared, Slot, Stop, Worker};
 use super::workload::{Case, CaseSpec, Driver, Workload};
-use dcache::sync::{thread, Mutex, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::thread;
 
 /// How long a case runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -430,7 +432,7 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> dcache::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panicking worker is caught before it can poison these; if one ever
     // does, the data (a list of messages, a CPU number) is still usable.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -441,7 +443,7 @@ mod tests {
     use super::*;
     use crate::affinity::allowed_cpus;
     use crate::workload::Options;
-    use dcache::sync::AtomicU64;
+    use std::sync::atomic::AtomicU64;
 
     /// A case that counts its operations in a shared atomic too, so the
     /// harness's counters can be checked against an independent count.

@@ -14,6 +14,7 @@
 //! - [`report`], [`plot`]: the outputs. [`workloads`]: the registry.
 
 pub mod affinity;
+pub mod cache_aligned;
 mod cputime;
 pub mod etcd;
 pub mod harness;

@@ -10,8 +10,11 @@ use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use dcache::cache_aligned::CacheAligned;
-use dcache::sync::{spin_hint, yield_now, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::cache_aligned::CacheAligned;
+use std::hint::spin_loop as spin_hint;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread::yield_now;
 
 /// One worker's counters, alone in 256 bytes.
 #[repr(C, align(256))]

@@ -11,11 +11,11 @@
 
 use std::mem::ManuallyDrop;
 
+use crate::sync::Arc;
 use dcache::cred::Cred;
 use dcache::errno::{Errno, Result};
 use dcache::fs::{Attr, FileType, RenameFlags, SetAttr, StatFs};
 use dcache::permission::{generic_permission, search_for_all};
-use dcache::sync::Arc;
 use dcache::vfs::At;
 use dcache::{DentryRef, OpenFile, Vfs};
 

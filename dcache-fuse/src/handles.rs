@@ -12,7 +12,7 @@
 
 use std::mem::ManuallyDrop;
 
-use dcache::sync::{Arc, Ordering};
+use crate::sync::{Arc, Ordering};
 use dcache::OpenFile;
 
 use super::stats::Stats;

@@ -14,11 +14,11 @@
 //!   `d_ino`: every name of a file answers with one node id, so the kernel
 //!   keeps one inode, one attribute cache and one page cache for all of
 //!   them, and the number is stable while the file exists. The kernel's
-//!   lookup count lives on the inode ([`dcache::lookupcount`]); a node it
-//!   holds is published in a lock-free map (papaya) from id to a pinned
-//!   dentry. A LOOKUP of a node already held is answered from the rcu-walk
-//!   with one compare-and-swap: no reference, lock, allocation or map
-//!   access.
+//!   lookup count lives on the inode, in the word dcache lends its
+//!   frontend ([`lookupcount`]); a node it holds is published in a
+//!   lock-free map (papaya) from id to a pinned dentry. A LOOKUP of a node
+//!   already held is answered from the rcu-walk with one compare-and-swap:
+//!   no reference, lock, allocation or map access.
 //! - [`handles`]: an open file's FUSE handle is the address of the
 //!   [`OpenFile`](dcache::OpenFile) itself (its split-layout file).
 //! - [`attr`]: attribute conversion.
@@ -51,8 +51,9 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-// Under `--cfg loom` only the poll gate is built: its model tests are the
-// reason for that build, and the rest runs real threads.
+// Under `--cfg loom` only the poll gate and the lookup count are built:
+// their model tests are the reason for that build, and the rest runs real
+// threads.
 #[cfg(not(loom))]
 pub mod attr;
 #[cfg(not(loom))]
@@ -63,6 +64,7 @@ pub mod core;
 pub mod fs;
 #[cfg(not(loom))]
 pub mod handles;
+pub mod lookupcount;
 #[cfg(not(loom))]
 pub mod nodes;
 #[cfg(not(loom))]
@@ -74,6 +76,7 @@ pub mod pollgate;
 pub mod session;
 #[cfg(not(loom))]
 pub mod stats;
+mod sync;
 // For the tests and benchmarks of this workspace (mount a memfs tree
 // through the daemon); not part of the supported API.
 #[cfg(not(loom))]

@@ -12,8 +12,9 @@
 //!   number their root 1, where it is the identity). A number is stable
 //!   while the file exists, and survives eviction from the cache and, for
 //!   passthrough over one host filesystem, a daemon restart.
-//! - **The kernel's lookup count lives on the inode** (`Inode::i_lookups`,
-//!   protocol in [`dcache::lookupcount`]). While it is above zero the node is
+//! - **The kernel's lookup count lives on the inode**, in the word dcache
+//!   lends its frontend ([`Inode::frontend_word`]; protocol in
+//!   [`crate::lookupcount`]). While it is above zero the node is
 //!   *published* in a lock-free map (papaya) from node id to `Node`, which
 //!   holds one counted reference on a dentry of the inode: the one the
 //!   first counted lookup came through. That reference keeps the dentry
@@ -47,10 +48,18 @@ use dcache::dentry::Dentry;
 use dcache::errno::{Errno, Result};
 use dcache::fs::Ino;
 use dcache::inode::Inode;
-use dcache::sync::{Arc, Mutex, MutexGuard, Ordering};
 use dcache::{DentryRef, Vfs};
 
 use super::stats::Stats;
+use crate::lookupcount::LookupCount;
+use crate::sync::{Arc, Mutex, MutexGuard, Ordering};
+
+/// The kernel's lookup count of the node `i` is: kept in the inode's
+/// frontend word (one load of a field of the inode; no lookup).
+#[inline(always)]
+fn lookups(i: &Inode) -> &LookupCount {
+    LookupCount::of(i.frontend_word())
+}
 
 /// The node id of the root directory (FUSE_ROOT_ID).
 pub const ROOT_ID: u64 = 1;
@@ -247,7 +256,7 @@ impl Nodes {
             // The root is held for the whole mount and never forgotten.
             return Ok(ROOT_ID);
         }
-        if i.lookups().get_held() {
+        if lookups(i).get_held() {
             self.stats.kernel_refs.add(1);
             return Ok(id);
         }
@@ -255,7 +264,7 @@ impl Nodes {
         let mut conflict = false;
         let mut pin = Some(d);
         let guard = self.map.guard();
-        if i.lookups().load() == 0 {
+        if lookups(i).load() == 0 {
             // Under the stripe lock a count of 0 means this inode is not
             // published; a node under the same id is another inode that
             // the backend gave the same number while the kernel still
@@ -265,7 +274,7 @@ impl Nodes {
         if conflict {
             return Err(Errno::ESTALE);
         }
-        let published = i.lookups().get_locked(&g, || {
+        let published = lookups(i).get_locked(&g, || {
             // Our reference becomes the node's.
             if let Some(dentry) = pin
                 .take()
@@ -299,7 +308,7 @@ impl Nodes {
         if id == ROOT_ID {
             return Some(ROOT_ID);
         }
-        if !i.lookups().get_held() {
+        if !lookups(i).get_held() {
             return None;
         }
         self.stats.kernel_refs.add(1);
@@ -333,7 +342,7 @@ impl Nodes {
             return;
         };
         let mut unpinned = None;
-        let r = i.lookups().put(
+        let r = lookups(i).put(
             n,
             || self.stripe(id.0),
             || {
@@ -371,7 +380,7 @@ impl Nodes {
             // empty now); the dentry keeps its inode until this dput.
             let d = unsafe { vfs.dentry_from_raw(dentry.as_ptr()) };
             if let Some(i) = d.inode() {
-                i.lookups().clear();
+                lookups(i).clear();
             }
             drop(d);
         }

@@ -21,7 +21,7 @@
 //! a request is being served, which costs that server one wake-up on the
 //! next request, never a lost or stuck request.
 
-use dcache::sync::{AtomicU8, Mutex, Ordering};
+use crate::sync::{AtomicU8, Mutex, Ordering};
 
 /// Where a [`PollGate`] stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl PollGate {
 
 /// A poisoned mode lock only means a `set` panicked; the flags are still
 /// consistent with the last completed change.
-fn lock<T>(m: &Mutex<T>) -> dcache::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

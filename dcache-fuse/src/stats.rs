@@ -5,8 +5,7 @@
 //! exactly only once the workers are joined (join orders them) or as a
 //! progress signal while pruning.
 
-use dcache::cache_aligned::CacheAligned;
-use dcache::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, CacheAligned, Ordering};
 
 /// Shards of a [`Sharded`] counter: more than the worker threads of any
 /// mount on the machines we target; threads beyond share shards.

@@ -6,8 +6,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::sync::{AtomicUsize, Ordering};
 use dcache::fs::memfs::MemFs;
-use dcache::sync::{AtomicUsize, Ordering};
 
 use super::options::MountOptions;
 use super::session::{mount, Mounted};

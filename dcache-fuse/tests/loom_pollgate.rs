@@ -11,8 +11,10 @@
 //!     cargo test --release --test loom_pollgate
 #![cfg(loom)]
 
-use dcache::sync::{thread, Arc, AtomicBool, Ordering};
 use dcache_fuse::pollgate::{PollGate, PollState};
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::Arc;
+use loom::thread;
 
 struct Source {
     gate: PollGate,

@@ -22,10 +22,6 @@ impl<T> CacheAligned<T> {
     pub const fn new(v: T) -> Self {
         Self(v)
     }
-    /// Unwrap.
-    pub fn into_inner(self) -> T {
-        self.0
-    }
 }
 
 impl<T> Deref for CacheAligned<T> {

@@ -434,8 +434,11 @@ impl Dentry {
     /// to see the inode's fields, written before the Release (AcqRel)
     /// store that installed the pointer or the publication of the dentry. Inside a read section use
     /// [`Dentry::inode_rcu`].
-    // For dcache-fuse; not part of the supported API.
-    #[doc(hidden)]
+    ///
+    /// For frontends that pin the inode by their own means (see
+    /// [`Vfs::lookup_rcu_with`](crate::Vfs::lookup_rcu_with)); a holder of
+    /// a [`DentryRef`](crate::DentryRef) has the safe
+    /// [`DentryRef::inode`](crate::DentryRef::inode).
     #[inline(always)]
     pub fn inode_ptr_held(&self) -> *mut Inode {
         self.d_inode.load(Ordering::Acquire)

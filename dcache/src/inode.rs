@@ -8,7 +8,6 @@
 //! returned and no read is a data race.
 
 use crate::fs::{Attr, FileType, Ino, Timespec};
-use crate::lookupcount::LookupCount;
 use crate::permission::Perm;
 use crate::seqcount::SeqCount;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -35,10 +34,11 @@ pub struct Inode {
     /// Backend replies absorbed into this object (see `FileSystem::forget`);
     /// changed under the inode-map lock.
     pub(crate) i_nlookup: AtomicU64,
-    /// The lookup count a frontend keeps for this inode (FUSE: the kernel's
-    /// count of entry replies naming it; see [`crate::lookupcount`]). Zero
-    /// and untouched for library users.
-    pub(crate) i_lookups: LookupCount,
+    /// The frontend's word ([`Inode::frontend_word`]; Linux's `i_private`).
+    /// dcache zeroes it at allocation and never touches it again. It sits
+    /// where the FUSE lookup count it holds used to sit: a word the
+    /// frontend writes on every kernel LOOKUP, next to `i_nlookup`.
+    i_frontend: AtomicU64,
     /// The full `st_mode`: the type bits (fixed for the inode's life) give
     /// `kind()`, and the walk's search check reads the permission bits
     /// with one load (written with `attr`, inside the `i_seq` section).
@@ -145,7 +145,7 @@ impl Inode {
             attr: std::array::from_fn(|i| AtomicU64::new(w[i])),
             link: AtomicPtr::new(std::ptr::null_mut()),
             i_nlookup: AtomicU64::new(0),
-            i_lookups: LookupCount::new(),
+            i_frontend: AtomicU64::new(0),
             i_mode: AtomicU32::new(imode(attr)),
             i_seq: SeqCount::new(),
             i_dentries: AtomicU32::new(0),
@@ -206,10 +206,18 @@ impl Inode {
         })
     }
 
-    /// The count of kernel lookups a FUSE frontend has handed out for this
-    /// inode (see [`crate::lookupcount`]); zero for library users.
-    pub fn lookups(&self) -> &LookupCount {
-        &self.i_lookups
+    /// One word owned by the frontend that serves this cache (Linux's
+    /// `i_private`, or the state `fuse_inode` wraps around its `inode`):
+    /// dcache-fuse keeps the kernel's lookup count of the node here. dcache
+    /// never reads or writes it after zeroing it when the inode is
+    /// allocated; what it means, and which orderings its accesses need, is
+    /// the frontend's protocol. It lives as long as the inode (a cached
+    /// inode is reused for every dentry naming the same backend inode, and
+    /// freed a grace period after the last one lets it go). A library user
+    /// with no frontend leaves it alone.
+    #[inline(always)]
+    pub fn frontend_word(&self) -> &AtomicU64 {
+        &self.i_frontend
     }
 
     /// Mode, owner and group as one consistent triple, for the

@@ -27,13 +27,20 @@ use crate::lockref::LockRef;
 /// `layout()` written with it in the type's own module (private fields are
 /// reachable there), plus `.with_hot(&[..])`.
 pub fn registry() -> Vec<TypeLayout> {
-    vec![
+    #[allow(unused_mut)]
+    let mut all = vec![
         crate::type_layout!(CacheAligned<LockRef> { 0 } hot { 0 }),
         dentry_layout().with_hot(&["d_lockref", "d_children"]),
         // An open file as the Vfs makes them: its path is a dentry reference.
         crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Split>(),
-        crate::file::type_layout::<crate::vfs::DentryRef<'static>, crate::file::Packed>(),
-    ]
+    ];
+    // The benchmark's comparison layout (`experiments` feature).
+    #[cfg(any(test, feature = "experiments"))]
+    all.push(crate::file::type_layout::<
+        crate::vfs::DentryRef<'static>,
+        crate::file::Packed,
+    >());
+    all
 }
 
 /// The layout of `Dentry` for `dcache layout`.

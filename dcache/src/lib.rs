@@ -27,7 +27,6 @@
 //! - [`cred`] and [`permission`]: credentials and Linux's permission rules.
 //! - [`errno`]: the error type.
 //! - [`lockref`]: spinlock + reference count in one 64-bit word.
-//! - [`lookupcount`]: the FUSE lookup count kept on an inode.
 //! - [`file`](mod@file): a `struct file` and a file-descriptor table over a `Vfs`.
 //! - [`layout`]: pahole-style field layouts of the hot structures (the
 //!   registry); [`pahole`]: the layout types and the printer they use.
@@ -41,10 +40,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-// For dcache-fuse and dcache-bench (padded counters); not part of the
-// supported API.
-#[doc(hidden)]
-pub mod cache_aligned;
+pub(crate) mod cache_aligned;
 pub mod cred;
 pub mod dentry;
 pub mod errno;
@@ -53,22 +49,21 @@ pub mod fs;
 pub mod inode;
 pub mod layout;
 pub mod lockref;
-pub mod lookupcount;
 pub mod pahole;
 pub mod permission;
 mod rcu;
-// For the loom tests (tests/loom_seqcount.rs, tests/loom_slab.rs); not part
-// of the supported API.
-#[doc(hidden)]
-pub mod seqcount;
-#[doc(hidden)]
-pub mod slab;
-// For dcache-fuse, dcache-bench and the loom tests (std or loom atomics);
-// not part of the supported API.
-#[doc(hidden)]
-pub mod sync;
+pub(crate) mod seqcount;
+pub(crate) mod slab;
+pub(crate) mod sync;
 mod table;
 pub mod vfs;
+
+// loom models of the crate-private primitives (run with
+// `RUSTFLAGS="--cfg loom" cargo test --release -p dcache --lib loom_`).
+#[cfg(all(test, loom))]
+mod loom_seqcount;
+#[cfg(all(test, loom))]
+mod loom_slab;
 
 /// The `open` flags [`AsCred::open`] understands (Linux's values, so no
 /// `libc` dependency is needed to call it).
@@ -86,7 +81,7 @@ pub use fs::{
     SetAttr, SetTime, Timespec,
 };
 pub use vfs::{AsCred, At, Config, DentryRef, OpenFile, ReadSection, Vfs};
-// For dcache-bench and the integration tests (the lockref stat mode); not
-// part of the supported API.
-#[doc(hidden)]
+// The benchmark's knob (the Linux-style lockref stat); not part of the
+// supported API.
+#[cfg(feature = "experiments")]
 pub use vfs::StatMode;

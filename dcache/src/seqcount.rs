@@ -69,6 +69,7 @@ impl SeqCount {
 
     /// The current value, for a check that needs no ordering of its own
     /// (it is followed by a `read_retry`).
+    #[cfg(all(test, loom))]
     #[inline(always)]
     pub fn peek(&self) -> u32 {
         self.seq.load(Ordering::Relaxed)

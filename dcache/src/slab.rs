@@ -156,6 +156,7 @@ impl<T> Slab<T> {
     }
 
     /// Bytes of chunks held (live objects, free slots and the uncarved rest).
+    #[cfg(all(test, not(loom)))]
     pub fn footprint(&self) -> usize {
         let g = self.inner.lock_unpoisoned();
         g.chunks.iter().map(|(_, l)| l.size()).sum()

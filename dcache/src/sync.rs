@@ -5,6 +5,11 @@
 //! sequence-count and table code is model-checked unchanged. Code outside this
 //! module never names `std::sync::atomic` or `loom` directly for anything that
 //! takes part in a lock-free protocol.
+//!
+//! Crate-private: dcache-fuse has a facade of its own with the same switch.
+
+// The std and loom sets mirror each other; not every build uses each name.
+#![allow(unused_imports)]
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{
@@ -146,41 +151,4 @@ pub fn spin_hint() {
 #[inline]
 pub fn yield_now() {
     thread::yield_now();
-}
-
-/// `UnsafeCell` with one API for both builds (loom's cell tracks accesses and
-/// so cannot hand out raw pointers freely; `with`/`with_mut` work on both).
-#[cfg(loom)]
-pub use loom::cell::UnsafeCell;
-
-/// `std::cell::UnsafeCell` behind loom's `with`/`with_mut` API.
-#[cfg(not(loom))]
-#[derive(Debug, Default)]
-#[repr(transparent)]
-pub struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
-
-#[cfg(not(loom))]
-impl<T> UnsafeCell<T> {
-    /// Wrap `v`.
-    pub const fn new(v: T) -> Self {
-        Self(std::cell::UnsafeCell::new(v))
-    }
-    /// Unwrap.
-    pub fn into_inner(self) -> T {
-        self.0.into_inner()
-    }
-}
-
-#[cfg(not(loom))]
-impl<T: ?Sized> UnsafeCell<T> {
-    /// Call `f` with a shared raw pointer to the value.
-    #[inline(always)]
-    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
-    }
-    /// Call `f` with a mutable raw pointer to the value.
-    #[inline(always)]
-    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
 }

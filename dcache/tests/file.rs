@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dcache::file::{
-    FdTable, FileRef, Layout, OpenParts, Packed, Split, FMODE_ATOMIC_POS, FMODE_BORROWED_FS,
-    FMODE_PATH, FMODE_READ, FMODE_WRITE, HOT_FIELDS,
+    FdTable, FileRef, Layout, OpenParts, Split, FMODE_ATOMIC_POS, FMODE_BORROWED_FS, FMODE_PATH,
+    FMODE_READ, FMODE_WRITE,
 };
 use dcache::fs::{Attr, FileSystem, Ino};
 use dcache::Errno;
@@ -106,6 +106,8 @@ macro_rules! both_layouts {
             fn split() {
                 super::$body::<dcache::file::Split>();
             }
+            // The comparison layout needs the `experiments` feature.
+            #[cfg(feature = "experiments")]
             #[test]
             fn packed() {
                 super::$body::<dcache::file::Packed>();
@@ -114,11 +116,12 @@ macro_rules! both_layouts {
     };
 }
 
+#[cfg(feature = "experiments")]
 #[test]
 fn layouts_differ_in_what_shares_the_hot_line() {
     type Dentry = usize; // stands in for the Vfs' dentry reference
     let split = FileRef::<Dentry, Split>::layout();
-    let packed = FileRef::<Dentry, Packed>::layout();
+    let packed = FileRef::<Dentry, dcache::file::Packed>::layout();
     assert_eq!((split.layout, packed.layout), ("split", "packed"));
     for l in [&split, &packed] {
         assert_eq!(l.align, 64);
@@ -127,13 +130,13 @@ fn layouts_differ_in_what_shares_the_hot_line() {
         for w in l.fields.windows(2) {
             assert!(w[0].1 + w[0].2 <= w[1].1, "fields overlap: {l:?}");
         }
-        for h in HOT_FIELDS {
+        for h in dcache::file::HOT_FIELDS {
             assert!(l.lines(h).is_some(), "{h} missing");
         }
     }
     assert!(!split.hot_shares_line_with_cold(), "{split:#?}");
     assert!(packed.hot_shares_line_with_cold(), "{packed:#?}");
-    for h in HOT_FIELDS {
+    for h in dcache::file::HOT_FIELDS {
         assert_eq!(split.lines(h), Some((0, 0)), "split: {h}");
         assert_eq!(packed.lines(h), Some((0, 0)), "packed: {h}");
     }

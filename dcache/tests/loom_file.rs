@@ -8,10 +8,12 @@
 //!     cargo test --release --test loom_file
 #![cfg(loom)]
 
-use dcache::file::{FdTable, FileRef, OpenParts, Packed, Split};
+use dcache::file::{FdTable, FileRef, OpenParts, Split};
 use dcache::fs::{Attr, FileSystem, Ino};
-use dcache::sync::{thread, Arc, AtomicUsize, Ordering};
 use dcache::Errno;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
 
 struct CountFs {
     releases: AtomicUsize,
@@ -105,13 +107,15 @@ fn two_closers() {
     });
 }
 
+/// The comparison layout (dcache's `experiments` feature).
+#[cfg(feature = "experiments")]
 #[test]
 fn packed_layout_same_protocol() {
     loom::model(|| {
         let fs = std::sync::Arc::new(CountFs {
             releases: AtomicUsize::new(0),
         });
-        let table = Arc::new(FdTable::<(), Packed>::with_max_fds(1).unwrap());
+        let table = Arc::new(FdTable::<(), dcache::file::Packed>::with_max_fds(1).unwrap());
         let fd = table
             .install(FileRef::open(OpenParts {
                 path: (),

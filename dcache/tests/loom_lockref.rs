@@ -13,7 +13,10 @@
 #![cfg(loom)]
 
 use dcache::lockref::{LockRef, Policy, DEAD, LOCKED, UNLOCKED};
-use dcache::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::Arc;
+use loom::thread;
 
 /// `loom::model` with a default preemption bound of 4. Unbounded, the
 /// `Waiman` models (whose floors send low counts through the spinlock, where
@@ -267,8 +270,12 @@ fn lock_orders_data_under_it<P: Policy>() {
 
 macro_rules! for_each_policy {
     ($($test:ident),* $(,)?) => {
+        // The comparison policies need dcache's `experiments` feature.
+        #[cfg(feature = "experiments")]
         mod linux { $( #[test] fn $test() { super::$test::<dcache::lockref::Linux>() } )* }
+        #[cfg(feature = "experiments")]
         mod spinwait { $( #[test] fn $test() { super::$test::<dcache::lockref::SpinWait>() } )* }
+        #[cfg(feature = "experiments")]
         mod waiman { $( #[test] fn $test() { super::$test::<dcache::lockref::Waiman>() } )* }
         mod dcache_policy { $( #[test] fn $test() { super::$test::<dcache::lockref::Dcache>() } )* }
     };

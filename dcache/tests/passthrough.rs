@@ -18,11 +18,11 @@ use dcache::Errno;
 use tempfile::TempDir;
 
 fn with_ttl(ttl: Duration) -> PassthroughOptions {
-    PassthroughOptions {
-        entry_ttl: ttl,
-        attr_ttl: ttl,
-        ..PassthroughOptions::default()
-    }
+    // Non-exhaustive: start from the defaults and set fields.
+    let mut o = PassthroughOptions::default();
+    o.entry_ttl = ttl;
+    o.attr_ttl = ttl;
+    o
 }
 
 fn setup() -> (TempDir, Passthrough) {

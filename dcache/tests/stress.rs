@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcache::fs::memfs::MemFs;
-use dcache::{At, Errno, StatMode, Vfs};
+use dcache::{At, Errno, Vfs};
 
 mod oracle;
 use oracle::{Mutator, Oracle, Rng};
@@ -124,9 +124,11 @@ fn concurrent_namespace_stress() {
                     let t0 = oracle.tick();
                     let res = match rng.below(3) {
                         0 => vfs.as_root().stat(At::Root, &name).map(|a| a.ino),
+                        // The benchmark's lockref stat (`experiments`).
+                        #[cfg(feature = "experiments")]
                         1 => vfs
                             .as_root()
-                            .stat_with(At::Root, name.as_bytes(), true, StatMode::LockRef)
+                            .stat_with(At::Root, name.as_bytes(), true, dcache::StatMode::LockRef)
                             .map(|a| a.ino),
                         _ => vfs
                             .as_root()

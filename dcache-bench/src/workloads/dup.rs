@@ -34,15 +34,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::cache_aligned::CacheAligned;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
-use dcache::cache_aligned::CacheAligned;
 use dcache::errno::Result;
 use dcache::file::{Fd, FdTable, FileRef, Layout, OpenParts, Packed, Split};
 use dcache::fs::memfs::MemFs;
 use dcache::fs::FileSystem;
-use dcache::sync::{AtomicU64, Ordering};
 use dcache::vfs::DentryRef;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const VARIANTS: &[&str] = &["split", "packed", "syscall"];
 /// The layouts: what the library compares.

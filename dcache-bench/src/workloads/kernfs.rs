@@ -23,14 +23,14 @@
 
 use std::sync::Arc;
 
+use crate::cache_aligned::CacheAligned;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Driver, Workload};
-use dcache::cache_aligned::CacheAligned;
 use dcache::errno::{Errno, Result};
 use dcache::fs::kernfs::{KernFs, ROOT_INO};
 use dcache::fs::Ino;
-use dcache::sync::{AtomicU64, Ordering};
 use dcache::vfs::{At, Vfs};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Variants, the comparison base first: the summary's ratio column then
 /// reads as the speed-up over the old kernfs.

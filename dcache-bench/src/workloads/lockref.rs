@@ -19,11 +19,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::cache_aligned::CacheAligned;
 use crate::worker::{Stop, Worker};
 use crate::workload::{Case, CaseSpec, Workload};
-use dcache::cache_aligned::CacheAligned;
 use dcache::lockref::{Dcache, Linux, LockRef, Policy, SpinWait, Waiman};
-use dcache::sync::spin_hint;
+use std::hint::spin_loop as spin_hint;
 
 const VARIANTS: &[&str] = &["dcache", "linux", "spinwait", "waiman"];
 

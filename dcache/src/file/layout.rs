@@ -110,8 +110,10 @@ pub trait Layout: Send + Sync + 'static {
 /// open and only read afterwards) are read-mostly.
 pub const HOT_FIELDS: [&str; 3] = ["f_count", "f_pos_lock", "f_pos"];
 
-/// A type's layout as `dcache layout` prints it.
+/// A type's layout as `dcache layout` prints it (made by
+/// [`Layout::describe`]; more may be reported later).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LayoutInfo {
     /// `"split"` or `"packed"`.
     pub layout: &'static str,
@@ -175,6 +177,7 @@ pub struct SplitFile<T> {
 /// and position lock, all on line 0 (for a pointer-sized `T`): reading the
 /// mode or the ops table is a read of the line the count is written on.
 #[repr(C, align(64))]
+#[cfg(any(test, feature = "experiments"))]
 pub struct PackedFile<T> {
     f_path: T,
     /// Dropped by `Drop` unless `f_mode` has `FMODE_BORROWED_FS`.
@@ -201,6 +204,7 @@ const fn last_line(off: usize, size: usize) -> usize {
 // Files are at least line-aligned: the fd table keeps tag bits in the low
 // six bits of file pointers, and the line arithmetic starts at offset 0.
 const _: () = assert!(align_of::<SplitFile<u8>>() >= CACHE_LINE);
+#[cfg(any(test, feature = "experiments"))]
 const _: () = assert!(align_of::<PackedFile<u8>>() >= CACHE_LINE);
 
 // The layout claims, checked for the std build (loom's atomics and mutex
@@ -242,7 +246,10 @@ const _: () = {
             size_of::<crate::vfs::DentryRef<'static>>()
         ) == 1
     );
+};
 
+#[cfg(all(not(loom), any(test, feature = "experiments")))]
+const _: () = {
     // packed: with a pointer-sized path, count, mode and position lock share
     // line 0 with path, ops and inode.
     type P = PackedFile<usize>;
@@ -271,6 +278,7 @@ impl<T> Drop for SplitFile<T> {
     }
 }
 
+#[cfg(any(test, feature = "experiments"))]
 impl<T> Drop for PackedFile<T> {
     fn drop(&mut self) {
         drop_f_op(&mut self.f_op, self.f_mode);
@@ -322,6 +330,7 @@ impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
     }
 }
 
+#[cfg(any(test, feature = "experiments"))]
 impl<T: Send + Sync> FileRepr<T> for PackedFile<T> {
     fn new(p: NewFile<T>, mode: u32) -> Self {
         PackedFile {
@@ -403,7 +412,9 @@ pub fn type_layout<T: Send + Sync, L: Layout>() -> TypeLayout {
 
 /// Hot fields on their own line.
 pub struct Split;
-/// Hot and read-mostly fields mixed (Linux before the fix).
+/// Hot and read-mostly fields mixed (Linux before the fix): the
+/// benchmark's comparison (`experiments` feature).
+#[cfg(any(test, feature = "experiments"))]
 pub struct Packed;
 
 fn sorted(mut fields: Vec<(&'static str, usize, usize)>) -> Vec<(&'static str, usize, usize)> {
@@ -453,6 +464,7 @@ impl Layout for Split {
     }
 }
 
+#[cfg(any(test, feature = "experiments"))]
 impl Layout for Packed {
     const NAME: &'static str = "packed";
     type Repr<T: Send + Sync> = PackedFile<T>;

@@ -10,8 +10,8 @@
 //!
 //! This is the one open-file type: [`AsCred::open`](crate::AsCred::open)'s
 //! [`OpenFile`](crate::OpenFile) is a `FileRef<DentryRef, Split>`, and the
-//! FUSE frontend's file handles are its address. [`Packed`] is kept only as
-//! the benchmark's comparison.
+//! FUSE frontend's file handles are its address. `Packed` is kept only as
+//! the benchmark's comparison (public with the `experiments` feature).
 
 mod fdtable;
 mod layout;
@@ -27,9 +27,12 @@ use crate::sync::{fence, LockExt, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
 pub use layout::{
-    type_layout, FileHot, FileRepr, Layout, LayoutInfo, NewFile, OpenParts, Packed, PackedFile,
-    Split, SplitFile, HOT_FIELDS,
+    type_layout, FileHot, FileRepr, Layout, LayoutInfo, NewFile, OpenParts, Split, SplitFile,
+    HOT_FIELDS,
 };
+// The benchmark's comparison layout.
+#[cfg(any(test, feature = "experiments"))]
+pub use layout::{Packed, PackedFile};
 
 // FMODE_* bits, Linux's values.
 /// Open for reading.

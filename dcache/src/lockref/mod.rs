@@ -28,11 +28,14 @@
 //! All operations share one loop (`LockRef::cmpxchg_loop`, the analogue of
 //! Linux's `CMPXCHG_LOOP`) steered by a [`Policy`] type parameter:
 //!
-//! - [`Linux`] (6.17): relaxed CAS, at most 100 rounds, and the loop is
+//! Of the four below, the first three are the benchmark's comparisons,
+//! public only with the `experiments` feature; `Dcache` is the default.
+//!
+//! - `Linux` (6.17): relaxed CAS, at most 100 rounds, and the loop is
 //!   abandoned the moment the lock half reads held.
-//! - [`SpinWait`] (the 2024 linux-next variant, dropped): same 100 rounds, but
+//! - `SpinWait` (the 2024 linux-next variant, dropped): same 100 rounds, but
 //!   a held lock makes it spin-hint and re-read; those rounds count too.
-//! - [`Waiman`] (the 2013 seed): the CAS is tried only while the count is > 1
+//! - `Waiman` (the 2013 seed): the CAS is tried only while the count is > 1
 //!   (increments) or > 2 (decrements), two tries, and a held lock ends it.
 //!   Results never differ from `Linux`'s; only the path taken does. For
 //!   `put_return`, whose "locked path" is "return -1", that means a count of
@@ -108,9 +111,11 @@ mod spinlock;
 pub mod word;
 
 pub use policy::{
-    Dcache, Dir, Linux, OnHeld, Policy, SpinWait, Waiman, CMPXCHG_LOOP_MAX, SHORT_BACKOFF_MAX,
-    SHORT_SPIN_BUDGET, WAIMAN_TRIES,
+    Dcache, Dir, OnHeld, Policy, CMPXCHG_LOOP_MAX, SHORT_BACKOFF_MAX, SHORT_SPIN_BUDGET,
 };
+// The benchmark's comparison policies.
+#[cfg(any(test, feature = "experiments"))]
+pub use policy::{Linux, SpinWait, Waiman, WAIMAN_TRIES};
 pub use word::{DEAD, LOCKED, SHORT, UNLOCKED};
 
 use policy::ShortWait;
@@ -126,6 +131,7 @@ pub struct LockRef<P: Policy = Dcache> {
 
 const _: () = assert!(std::mem::size_of::<LockRef>() == 8);
 const _: () = assert!(std::mem::align_of::<LockRef>() == 8);
+#[cfg(any(test, feature = "experiments"))]
 const _: () = assert!(std::mem::size_of::<LockRef<Linux>>() == 8);
 
 impl<P: Policy> Default for LockRef<P> {

@@ -57,6 +57,7 @@ pub const CMPXCHG_LOOP_MAX: u32 = 100;
 pub const CMPXCHG_LOOP_MAX: u32 = 3;
 
 /// Waiman's 2013 seed tried the CAS twice before locking.
+#[cfg(any(test, feature = "experiments"))]
 pub const WAIMAN_TRIES: u32 = 2;
 
 /// Total spin hints a `Dcache` operation may spend waiting for
@@ -90,7 +91,9 @@ pub const SHORT_BACKOFF_MAX: u32 = 1;
 /// Linux 6.17: relaxed CAS, at most 100 attempts, give up the moment the lock
 /// is seen held.
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg(any(test, feature = "experiments"))]
 pub struct Linux;
+#[cfg(any(test, feature = "experiments"))]
 impl Policy for Linux {
     const NAME: &'static str = "linux";
 }
@@ -99,7 +102,9 @@ impl Policy for Linux {
 /// while the lock is held, spin-hint and re-read; those rounds count toward
 /// the same 100.
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg(any(test, feature = "experiments"))]
 pub struct SpinWait;
+#[cfg(any(test, feature = "experiments"))]
 impl Policy for SpinWait {
     const NAME: &'static str = "spinwait";
     const ON_HELD: OnHeld = OnHeld::SpinCounted;
@@ -108,7 +113,9 @@ impl Policy for SpinWait {
 /// The 2013 seed: CAS only while the count is > 1 for increments and > 2 for
 /// decrements, two tries, then the lock (also at once when the lock is held).
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg(any(test, feature = "experiments"))]
 pub struct Waiman;
+#[cfg(any(test, feature = "experiments"))]
 impl Policy for Waiman {
     const NAME: &'static str = "waiman";
     const MAX_ATTEMPTS: u32 = WAIMAN_TRIES;

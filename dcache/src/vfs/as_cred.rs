@@ -116,9 +116,9 @@ impl<'v> AsCred<'v, '_> {
             .stat_as(self.cred, at, path.as_ref(), false, StatMode::RefFree)
     }
 
-    /// `stat` with the choice of how the last component is handled.
-    // For dcache-bench (StatMode); not part of the supported API.
-    #[doc(hidden)]
+    /// `stat` with the choice of how the last component is handled (the
+    /// benchmark's Linux-style lockref stat; `experiments` feature only).
+    #[cfg(feature = "experiments")]
     #[inline]
     pub fn stat_with(
         &self,

@@ -171,15 +171,37 @@ impl Vfs {
     /// when rcu mode resolves the name, `claim` gets the positive dentry,
     /// its inode (loaded inside the section) and its validated attributes,
     /// still inside the read section (the dentry and inode are only
-    /// guaranteed to exist until `claim` returns), and
-    /// `Ok(Ok(r))` is its answer. When `claim` declines (`None`), rcu mode
-    /// stops, or the backend revalidates names, the walk goes on with
-    /// references where it stood, and `Ok(Err(d))` is the counted
-    /// reference [`AsCred::lookup`](crate::AsCred::lookup) would return:
-    /// the name is walked once either way.
-    // For dcache-fuse (LOOKUP of a node the kernel holds); not part of the
-    // supported API.
-    #[doc(hidden)]
+    /// guaranteed to exist until `claim` returns), and `Ok(Ok(r))` is its
+    /// answer. When `claim` declines (`None`), rcu mode stops, or the
+    /// backend revalidates names, the walk goes on with references where it
+    /// stood, and `Ok(Err(d))` is the counted reference
+    /// [`AsCred::lookup`](crate::AsCred::lookup) would return: the name is
+    /// walked once either way. Errors as `lookup`'s (EXDEV for an
+    /// [`At::Dir`] of another `Vfs`).
+    ///
+    /// This is how a frontend answers a lookup without touching a shared
+    /// cache line: `claim` may pin the result by its own means (dcache-fuse
+    /// counts one more kernel lookup on the inode's
+    /// [`frontend_word`](crate::inode::Inode::frontend_word) with one
+    /// compare-and-swap, which succeeds only while the node it publishes
+    /// holds a reference). The `&Dentry`, `&Inode` and attributes must not
+    /// escape `claim` unless so pinned.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use dcache::fs::memfs::MemFs;
+    /// # use dcache::{At, Cred, Vfs};
+    /// # let fs = Arc::new(MemFs::new());
+    /// # fs.write_file("f", b"x")?;
+    /// let vfs = Vfs::new(fs)?;
+    /// vfs.as_root().stat(At::Root, "f")?; // cache it
+    /// let r = vfs.lookup_rcu_with(&Cred::ROOT, At::Root, b"f", |_, _, a| Some(a.size))?;
+    /// match r {
+    ///     Ok(size) => assert_eq!(size, 1),        // answered lock-free
+    ///     Err(d) => assert_eq!(d.attr().unwrap().size, 1), // a counted reference
+    /// }
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
     #[inline]
     pub fn lookup_rcu_with<R>(
         &self,
@@ -440,9 +462,11 @@ mod fast_path_tests {
                         String::from_utf8_lossy(&path)
                     );
                 }
-                let full = vfs
-                    .as_root()
-                    .stat_with(At::Root, &path, follow, StatMode::RefFree);
+                let full = if follow {
+                    vfs.as_root().stat(At::Root, &path)
+                } else {
+                    vfs.as_root().lstat(At::Root, &path)
+                };
                 assert_eq!(full.map(|a| a.ino), want);
             }
         }

@@ -82,8 +82,10 @@ impl Default for Config {
 }
 
 /// Live-object counts. Shared through an `Arc` so a test can read them after
-/// the `Vfs` is dropped (all must then be 0).
+/// the `Vfs` is dropped (all must then be 0). More counters may come, so
+/// only dcache constructs it.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Counters {
     /// Live dentries: allocated and not yet retired.
     pub dentries: AtomicUsize,
@@ -222,20 +224,26 @@ impl<'a> From<&'a DentryRef<'_>> for At<'a> {
     }
 }
 
-/// How `stat` treats the last component.
-// For dcache-bench and the integration tests (the Linux-style lockref stat
-// for comparison); not part of the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum StatMode {
-    /// dcache's own: read the attributes inside the read section and
-    /// validate the sequence counters; no reference, no shared store.
-    #[default]
-    RefFree,
-    /// What Linux does: take and drop a LockRef reference on the last
-    /// component (complete_walk + dput).
-    LockRef,
+mod stat_mode {
+    /// How `stat` treats the last component: one of the benchmark's
+    /// comparison knobs (public only with the `experiments` feature, for
+    /// [`AsCred::stat_with`](crate::AsCred::stat_with)).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub enum StatMode {
+        /// dcache's own: read the attributes inside the read section and
+        /// validate the sequence counters; no reference, no shared store.
+        #[default]
+        RefFree,
+        /// What Linux does: take and drop a LockRef reference on the last
+        /// component (complete_walk + dput).
+        #[cfg_attr(not(feature = "experiments"), allow(dead_code))]
+        LockRef,
+    }
 }
+#[cfg(feature = "experiments")]
+pub use stat_mode::StatMode;
+#[cfg(not(feature = "experiments"))]
+pub(crate) use stat_mode::StatMode;
 
 /// A counted reference to a dentry; dropping it is `dput`.
 pub struct DentryRef<'v> {
@@ -286,10 +294,32 @@ impl<'v> DentryRef<'v> {
         self.d.as_ptr()
     }
 
-    /// Give up ownership without dropping the count (FUSE keeps it as a
-    /// node's lookup count). Undo with [`Vfs::dentry_from_raw`].
-    // For dcache-fuse; not part of the supported API.
-    #[doc(hidden)]
+    /// Give up ownership without dropping the count: the reference lives
+    /// on in the returned pointer, for a frontend that keeps references in
+    /// its own tables (dcache-fuse: the dentry a published node pins; an
+    /// NFS server's file handles would be another). The dentry, its inode
+    /// and the `Vfs` stay alive until the reference is taken back with
+    /// [`Vfs::dentry_from_raw`] and dropped; a pointer never taken back
+    /// leaks the dentry, and the `Vfs` cannot free its cache on drop.
+    ///
+    /// While the reference is held the pointer may be dereferenced (it
+    /// points at a live dentry of this `Vfs`), e.g. for
+    /// [`Dentry::inode_ptr`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use dcache::fs::memfs::MemFs;
+    /// # use dcache::{At, Vfs};
+    /// # let fs = Arc::new(MemFs::new());
+    /// # fs.write_file("f", b"x")?;
+    /// let vfs = Vfs::new(fs)?;
+    /// let d = vfs.as_root().lookup(At::Root, "f", true)?;
+    /// let p = d.into_raw(); // kept in a table, say
+    /// // SAFETY: `p` came from `into_raw` on this Vfs and is taken back once.
+    /// let d = unsafe { vfs.dentry_from_raw(p) };
+    /// assert_eq!(d.ino(), Some(vfs.as_root().stat(At::Root, "f")?.ino));
+    /// # Ok::<(), dcache::Errno>(())
+    /// ```
     pub fn into_raw(self) -> *const Dentry {
         let p = self.d.as_ptr();
         std::mem::forget(self);
@@ -492,32 +522,28 @@ impl Vfs {
         unsafe { DentryRef::from_counted(NonNull::from(r)) }
     }
 
-    /// Re-own a reference given away with [`DentryRef::into_raw`].
+    /// Take back a reference given away with [`DentryRef::into_raw`]: the
+    /// result owns it again and drops it (`dput`) when dropped. A frontend
+    /// that only needs to borrow a pointer it keeps can wrap the result in
+    /// `ManuallyDrop`, as long as the reference's owner outlives the
+    /// borrow.
+    ///
+    /// Panics if `p` is null or a dentry of another `Vfs` (one pointer
+    /// compare).
     ///
     /// # Safety
-    /// `p` must come from `into_raw` on a reference of this Vfs, and each
-    /// such pointer may be re-owned once.
-    // For dcache-fuse; not part of the supported API.
-    #[doc(hidden)]
+    /// `p` must come from [`DentryRef::into_raw`] on a reference of this
+    /// `Vfs` whose count has not been taken back yet; each such pointer is
+    /// taken back once (or borrowed, never dropping the result, while its
+    /// owner keeps it).
     pub unsafe fn dentry_from_raw(&self, p: *const Dentry) -> DentryRef<'_> {
-        let p = NonNull::new(p.cast_mut()).expect("null dentry");
-        // SAFETY: the caller gives back a reference `into_raw` gave away.
-        unsafe { DentryRef::from_counted(p) }
-    }
-
-    /// Take one more reference on a dentry reached through a raw pointer
-    /// whose reference someone else owns (FUSE: another lookup of a node).
-    ///
-    /// # Safety
-    /// `p` must be a live dentry of this Vfs, kept alive by a reference
-    /// owned elsewhere for the duration of this call.
-    // For dcache-fuse; not part of the supported API.
-    #[doc(hidden)]
-    pub unsafe fn dget_raw(&self, p: *const Dentry) -> DentryRef<'_> {
-        // SAFETY: the caller guarantees p is alive.
-        unsafe { &*p }.d_lockref.get();
-        let p = NonNull::new(p.cast_mut()).expect("null dentry");
-        // SAFETY: the reference just taken.
+        let p = NonNull::new(p.cast_mut()).expect("dentry_from_raw: null dentry");
+        // SAFETY: the caller gives back a counted reference, so the dentry
+        // is alive.
+        let d = unsafe { p.as_ref() };
+        assert!(self.owns(d), "dentry_from_raw: a dentry of another Vfs");
+        // SAFETY: the caller gives back a reference `into_raw` gave away,
+        // and it is this Vfs's (checked above).
         unsafe { DentryRef::from_counted(p) }
     }
 

@@ -74,8 +74,10 @@ use crate::sync::Arc;
 
 pub use self::inodes::ROOT_INO;
 
-/// Tuning for [`Passthrough`].
+/// Tuning for [`Passthrough`]. More options may come: build one from
+/// `PassthroughOptions::default()` and set the fields you need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PassthroughOptions {
     /// How long a cached name (positive or negative) is trusted without
     /// asking the host.

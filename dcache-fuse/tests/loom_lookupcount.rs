@@ -1,4 +1,4 @@
-//! Model-checks the FUSE lookup-count protocol (`dcache::lookupcount`):
+//! Model-checks the FUSE lookup-count protocol (`dcache_fuse::lookupcount`):
 //! lock-free lookups of a held node, counted lookups under the transition
 //! lock, and forgets, in every interleaving. A stand-in "map" (an atomic
 //! flag) records whether the node is published; the models assert that
@@ -11,22 +11,30 @@
 //! - a forget of more than was counted changes nothing.
 //!
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_lookupcount
+//!     cargo test --release -p dcache-fuse --test loom_lookupcount
 #![cfg(loom)]
 
-use dcache::lookupcount::{LookupCount, OverForget};
-use dcache::sync::{thread, Arc, AtomicBool, Mutex, Ordering};
+use dcache_fuse::lookupcount::{LookupCount, OverForget};
+use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
 
+/// A node as dcache-fuse keeps it: the count in a word of the inode
+/// (`Inode::frontend_word`), viewed through `LookupCount::of`.
 struct Node {
-    count: LookupCount,
+    word: AtomicU64,
     lock: Mutex<()>,
     published: AtomicBool,
 }
 
 impl Node {
+    fn count(&self) -> &LookupCount {
+        LookupCount::of(&self.word)
+    }
+
     fn new() -> Arc<Node> {
         Arc::new(Node {
-            count: LookupCount::new(),
+            word: AtomicU64::new(0),
             lock: Mutex::new(()),
             published: AtomicBool::new(false),
         })
@@ -47,9 +55,9 @@ impl Node {
     /// A lookup: the held fast path, else the counted one. Afterwards the
     /// node must be findable (the reply names it).
     fn lookup(&self) {
-        if !self.count.get_held() {
+        if !self.count().get_held() {
             let g = self.lock.lock().unwrap();
-            self.count.get_locked(&g, || self.publish());
+            self.count().get_locked(&g, || self.publish());
         }
         assert!(
             self.published.load(Ordering::Relaxed),
@@ -58,14 +66,14 @@ impl Node {
     }
 
     fn forget(&self, n: u64) -> Result<bool, OverForget> {
-        self.count
+        self.count()
             .put(n, || self.lock.lock().unwrap(), || self.unpublish())
     }
 
     fn check(&self) {
         assert_eq!(
             self.published.load(Ordering::Relaxed),
-            self.count.load() > 0,
+            self.count().load() > 0,
             "published must mean count > 0"
         );
     }
@@ -84,7 +92,7 @@ fn forget_to_zero_vs_lookup() {
         node.check();
         // Either the lookup came first (count 2 -> 1, not emptied) or the
         // forget emptied it and the lookup published anew.
-        assert_eq!(node.count.load(), 1);
+        assert_eq!(node.count().load(), 1);
         let _ = emptied;
     });
 }
@@ -103,7 +111,7 @@ fn two_first_lookups_and_a_forget() {
         node.lookup();
         t.join().unwrap();
         node.check();
-        assert_eq!(node.count.load(), 1);
+        assert_eq!(node.count().load(), 1);
         assert_eq!(node.forget(1), Ok(true));
         node.check();
     });
@@ -132,7 +140,7 @@ fn over_forget_is_refused() {
         let node = Node::new();
         node.lookup();
         assert_eq!(node.forget(2), Err(OverForget));
-        assert_eq!(node.count.load(), 1);
+        assert_eq!(node.count().load(), 1);
         node.check();
         assert_eq!(node.forget(1), Ok(true));
         node.check();

@@ -23,6 +23,12 @@
 //! lock holder is done), a successful `get_held` never revives a node that
 //! is being torn down, and a forget of more than was counted is refused.
 //! `tests/loom_lookupcount.rs` checks these in every interleaving.
+//!
+//! The count lives on the node's inode, in the word dcache lends its
+//! frontend ([`Inode::frontend_word`]): [`LookupCount::of`] views that word
+//! as a count, so a node costs no memory beside the inode.
+//!
+//! [`Inode::frontend_word`]: dcache::inode::Inode::frontend_word
 
 use crate::sync::{AtomicU64, MutexGuard, Ordering};
 
@@ -32,9 +38,23 @@ pub struct OverForget;
 
 /// One node's lookup count (see the module docs).
 #[derive(Debug, Default)]
+#[repr(transparent)]
 pub struct LookupCount(AtomicU64);
 
 impl LookupCount {
+    /// The count kept in `word`: for a node, its inode's
+    /// [`frontend_word`](dcache::inode::Inode::frontend_word), which dcache
+    /// zeroes at allocation (a count of 0: the node does not exist) and
+    /// otherwise leaves to this protocol.
+    #[inline(always)]
+    pub fn of(word: &AtomicU64) -> &LookupCount {
+        let p: *const AtomicU64 = word;
+        // SAFETY: `LookupCount` is a `repr(transparent)` wrapper of
+        // `AtomicU64`, so the two have one layout and validity, and the
+        // result borrows `word` for as long as the argument does.
+        unsafe { &*p.cast::<LookupCount>() }
+    }
+
     /// A count of 0: the node does not exist.
     pub fn new() -> LookupCount {
         LookupCount(AtomicU64::new(0))

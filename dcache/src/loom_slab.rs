@@ -2,11 +2,10 @@
 //! the same slot, never see another's object, and every slot comes back.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_slab`.
-#![cfg(loom)]
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p dcache --lib loom_slab`.
 
-use dcache::slab::Slab;
-use dcache::sync::{thread, Arc};
+use crate::slab::Slab;
+use crate::sync::{thread, Arc};
 
 /// `loom::model` with a default preemption bound of 3.
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {

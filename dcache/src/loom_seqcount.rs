@@ -4,11 +4,10 @@
 //! pair of fields.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_seqcount`.
-#![cfg(loom)]
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p dcache --lib loom_seqcount`.
 
-use dcache::seqcount::SeqCount;
-use dcache::sync::{thread, Arc, AtomicU64, Ordering};
+use crate::seqcount::SeqCount;
+use crate::sync::{thread, Arc, AtomicU64, Ordering};
 
 struct Pair {
     seq: SeqCount,
