@@ -37,7 +37,7 @@ REQUESTS=${2:-100000}
 OUTDIR=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # One call of one of these per request (their calls are counted per op).
-REQ_PREFIX='<dcache::fuse::fs::DcacheFs as fuser::Filesystem>::'
+REQ_PREFIX='<dcache_fuse::fs::DcacheFs as fuser::Filesystem>::'
 OPTS=attr_timeout=0,entry_timeout=0,no_default_permissions,poll_us=0
 
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac

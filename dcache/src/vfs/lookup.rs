@@ -219,13 +219,17 @@ impl Vfs {
         }
         let w = {
             let g = self.sb().rcu.read_lock();
+            // The attributes are written in place (see `stat_rcu_in`).
+            let mut a = MaybeUninit::uninit();
             let read = |dd| {
                 let i = inode_of(&g, dd)?;
-                Some((dd, i, i.try_attr()?))
+                a.write(i.try_attr()?);
+                Some((dd, i))
             };
             match self.walk_rcu(&g, cred, at, path, flags, read) {
-                Walked::Rcu((dd, i, a)) => {
-                    if let Some(r) = claim(dd, i, &a) {
+                Walked::Rcu((dd, i)) => {
+                    // SAFETY: `read` wrote the attributes before answering.
+                    if let Some(r) = claim(dd, i, unsafe { a.assume_init_ref() }) {
                         return Ok(Ok(r));
                     }
                     if let Some(d) = DentryRef::try_get(dd) {
