@@ -31,7 +31,7 @@ const INLINE_WORDS: usize = DNAME_INLINE_LEN / 8;
 
 /// In the hash table (reachable by lookups).
 pub(crate) const D_HASHED: u32 = 1 << 0;
-/// Owned by the LRU list (the list frees it, see `vfs::lru`).
+/// Owned by the LRU list (the list frees it, see `vfs::dcache`).
 pub(crate) const D_LRU_LIST: u32 = 1 << 1;
 /// Used since it was last on the LRU's scan (second chance).
 pub(crate) const D_REFERENCED: u32 = 1 << 2;

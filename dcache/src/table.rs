@@ -9,7 +9,7 @@
 //! reader standing on it still reaches the rest of the chain; the memory is
 //! freed only after a grace period. A dentry that a rename moves to another
 //! chain can make a concurrent reader miss an entry; the walk detects that
-//! with the global rename sequence count and retries (see `vfs::walk`).
+//! with the global rename sequence count and retries (see `vfs::namei`).
 //!
 //! The table is sized once from a capacity (`Config::capacity`), so readers
 //! never meet a resize.

@@ -4,7 +4,7 @@
 //! Inside (private modules): `namei`, the path walk — rcu mode first,
 //! unlazied to ref mode where it stops; `lookup_one`, one component with
 //! references; `path`, the path lexer; `dcache`, dentry lifetime — allocation, `dput`, kill,
-//! LRU, shrinking; `ops` and `open`, the namespace operations and open
+//! LRU, shrinking; `icache`, the inodes dentries share; `ops` and `open`, the namespace operations and open
 //! files; `as_cred`, the permission-checked [`AsCred`] handle; `section`,
 //! [`ReadSection`].
 //!
@@ -15,6 +15,7 @@
 
 mod as_cred;
 pub(crate) mod dcache;
+mod icache;
 mod invalidate;
 mod lookup;
 mod lookup_one;
@@ -164,7 +165,7 @@ pub(crate) struct Super {
     /// Serialises renames (the writer side of `rename_seq`).
     pub(crate) rename_lock: Mutex<()>,
     /// ino -> the inode object shared by all its dentries (hard links).
-    pub(crate) inodes: Mutex<dcache::InodeMap>,
+    pub(crate) inodes: Mutex<icache::InodeMap>,
     /// Where every dentry and inode of this Vfs lives (Linux's
     /// `dentry_cache` and `inode_cache` slabs). After `rcu`, so that they
     /// are dropped after it.
@@ -464,7 +465,7 @@ impl Vfs {
             rcu: Rcu::new(),
             rename_seq: SeqCount::new(),
             rename_lock: Mutex::new(()),
-            inodes: Mutex::new(dcache::InodeMap::default()),
+            inodes: Mutex::new(icache::InodeMap::default()),
             dentry_cache: Slab::new(),
             inode_cache: Slab::new(),
             lru: Mutex::new(dcache::Lru::default()),
