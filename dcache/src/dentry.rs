@@ -432,8 +432,8 @@ impl Dentry {
     /// protected load: no grace period is involved, since the holder's
     /// reference keeps the inode from being retired, so the load only has
     /// to see the inode's fields, written before the Release (AcqRel)
-    /// store that installed the pointer or the publication of the dentry. Inside a read section use
-    /// [`Dentry::inode_rcu`].
+    /// store that installed the pointer or the publication of the dentry.
+    /// (Inside a read section the crate loads it through the guard.)
     ///
     /// For frontends that pin the inode by their own means (see
     /// [`Vfs::lookup_rcu_with`](crate::Vfs::lookup_rcu_with)); a holder of

@@ -305,7 +305,7 @@ impl<'v> DentryRef<'v> {
     ///
     /// While the reference is held the pointer may be dereferenced (it
     /// points at a live dentry of this `Vfs`), e.g. for
-    /// [`Dentry::inode_ptr`].
+    /// [`Dentry::inode_ptr_held`].
     ///
     /// ```
     /// # use std::sync::Arc;
