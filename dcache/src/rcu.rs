@@ -138,9 +138,9 @@ impl Rcu {
     ) {
         #[cfg(loom)]
         {
+            use crate::sync::LockExt;
             self.deferred
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .lock_unpoisoned()
                 .push(Retired { ptr, ctx, free });
         }
         #[cfg(not(loom))]
@@ -165,12 +165,7 @@ impl Rcu {
     /// it loaded in one (the `Vfs` calls this from `Drop`, with `&mut self`).
     pub(crate) unsafe fn barrier_all(&self) {
         #[cfg(loom)]
-        for r in self
-            .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        for r in crate::sync::LockExt::lock_unpoisoned(&self.deferred).drain(..) {
             // SAFETY: exclusivity promised by the caller; each retired once.
             unsafe { (r.free)(r.ptr, r.ctx) };
         }

@@ -12,6 +12,7 @@ use crate::dentry::{name_hash, D_HASHED};
 use crate::errno::{Errno, Result};
 use crate::fs::Validity;
 use crate::inode::Inode;
+use crate::sync::RwLockExt;
 use crate::table::RcuHit;
 
 impl Vfs {
@@ -81,7 +82,7 @@ impl Vfs {
         let _shared = if dir_locked {
             None
         } else {
-            Some(dir.i_rwsem.read().unwrap_or_else(|e| e.into_inner()))
+            Some(dir.i_rwsem.read_unpoisoned())
         };
         // Someone may have cached it while we waited for the lock.
         if let Some(d) = self.lookup_fast(parent, name, hash) {
