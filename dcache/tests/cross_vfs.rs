@@ -24,10 +24,10 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let fa = Arc::new(MemFs::new());
+    let fa = Arc::new(MemFs::with_root(0o755, 0, 0));
     fa.mkdir_p("d", 0o755).unwrap();
     fa.write_file("d/f", b"from A").unwrap();
-    let fb = Arc::new(MemFs::new());
+    let fb = Arc::new(MemFs::with_root(0o755, 0, 0));
     fb.mkdir_p("d/x/y", 0o755).unwrap();
     fb.write_file("d/x/y/f", b"from B").unwrap();
     let a = Vfs::new(fa).unwrap();
