@@ -94,6 +94,31 @@ fn a_fallback_continues_where_rcu_mode_stopped() {
     );
     assert_eq!(root.stat(At::Root, "a/abs/c/file").unwrap().ino, st.ino);
     assert_eq!(c.ref_walks(), walks + 1);
+    // A miss inside a cached symlink target: rcu mode follows the inode's
+    // copy of the target and stops in it; the walk goes on from there with
+    // a copy of the rest of the target (the inode's is only the section's).
+    make_link_into_uncached(&vfs);
+    let before = (c.unlazied(), c.restarts());
+    assert_eq!(
+        root.lstat(At::Root, "a/lnk").unwrap().kind,
+        FileType::Symlink
+    );
+    assert_eq!(root.stat(At::Root, "a/lnk"), Err(Errno::ENOENT));
+    // The target is cached now; "new" is a cached miss: rcu mode answers.
+    let walks = c.ref_walks();
+    assert_eq!(root.stat(At::Root, "a/lnk"), Err(Errno::ENOENT));
+    assert_eq!(c.ref_walks(), walks);
+    // Make "new" a name rcu mode has not seen: drop the cached miss.
+    vfs.invalidate_entry(root.stat(At::Root, "a/b/c").unwrap().ino, b"new");
+    assert_eq!(root.stat(At::Root, "a/lnk"), Err(Errno::ENOENT));
+    assert_eq!(c.ref_walks(), walks + 1);
+    assert!(c.unlazied() > before.0);
+    assert_eq!(c.restarts(), before.1);
+}
+
+/// `a/lnk` -> `b/c/new` (a missing name under cached directories).
+fn make_link_into_uncached(vfs: &Vfs) {
+    vfs.as_root().symlink("b/c/new", At::Root, "a/lnk").unwrap();
 }
 
 #[test]
