@@ -30,9 +30,7 @@ enum Command {
     /// Print the field layout of dcache's hot structures, pahole-style.
     Layout(LayoutArgs),
     /// Serve a backend through FUSE on MOUNTPOINT (libfuse-style -f, -s, -o).
-    #[command(
-        override_usage = "dcache mount [--backend BACKEND] [-f] [-s] [-o OPT[,OPT..]] <MOUNTPOINT>"
-    )]
+    #[command(override_usage = crate::mount::USAGE, after_help = crate::mount::after_help())]
     Mount(crate::mount::MountArgs),
 }
 

@@ -2,18 +2,42 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 
 use dcache_fuse::backend::{Backend, Custom};
-use dcache_fuse::options::MountOptions;
+use dcache_fuse::options::{self, MountOptions};
 use dcache_fuse::session::{serve, ServeRequest};
+
+/// `dcache mount`'s usage line.
+pub const USAGE: &str =
+    "dcache mount [--backend BACKEND] [-f] [-s] [--log FILE] [-o OPT[,OPT..]] <MOUNTPOINT>";
+
+/// The form of an etcd backend, as messages and `--help` give it.
+pub const ETCD_FORM: &str = "etcd:http://HOST:PORT[,...]/prefix";
+
+/// How long the mount waits for an etcd endpoint to accept a connection
+/// before saying it cannot be reached.
+const ETCD_PROBE: Duration = Duration::from_secs(1);
+
+/// What `dcache mount --help` shows after the arguments: the `-o` options.
+pub fn after_help() -> String {
+    format!(
+        "Mount options (-o OPT[,OPT..]; -o help prints them alone):\n{}",
+        indent(options::HELP)
+    )
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
 
 /// Arguments of `dcache mount` (libfuse's conventions).
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
     /// What to serve: mem, passthrough:DIR, kernfs[:mutex|rwlock|rcu], or
-    /// etcd:ENDPOINT[,ENDPOINT..][/PREFIX] (a namespace shared by every
+    /// etcd:http://HOST:PORT[,...]/prefix (a namespace shared by every
     /// client of that etcd cluster and prefix; see dcache-etcd).
     #[arg(long, default_value = "mem", value_name = "BACKEND")]
     pub backend: String,
@@ -23,40 +47,73 @@ pub struct MountArgs {
     /// Single-threaded (default: one worker per CPU, 2 to 8).
     #[arg(short = 's')]
     pub single_threaded: bool,
-    /// Mount options, comma separated: attr_timeout=S, entry_timeout=S,
-    /// negative_timeout=S, allow_other, ro, ... (see the fuse::options docs).
+    /// Once mounted, append the daemon's messages (the unmount report,
+    /// warnings) to FILE. Default: discarded in the background, stderr
+    /// with -f. Errors before the mount is up always go to stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Mount options, comma separated (listed below; -o help prints them).
     #[arg(short = 'o', value_name = "OPT[,OPT..]")]
     pub options: Vec<String>,
     /// Where to mount.
-    pub mountpoint: PathBuf,
+    #[arg(required_unless_present = "options")]
+    pub mountpoint: Option<PathBuf>,
 }
 
 impl MountArgs {
     /// Check the arguments without mounting.
     pub fn request(&self) -> Result<ServeRequest, String> {
+        let mountpoint = self.mountpoint.clone().ok_or_else(|| {
+            format!(
+                "the following required arguments were not provided: <MOUNTPOINT> (usage: {USAGE})"
+            )
+        })?;
         Ok(ServeRequest {
             backend: parse_backend(&self.backend)?,
-            mountpoint: self.mountpoint.clone(),
+            mountpoint,
             options: MountOptions::parse(&self.options)?,
             foreground: self.foreground,
             single_threaded: self.single_threaded,
+            log: self.log.clone(),
         })
     }
 }
 
 /// The backends dcache-fuse knows, and `etcd:SPEC`, which is served by
-/// dcache-etcd (connected when the mount is made, in the process that
-/// serves).
+/// dcache-etcd (its endpoints probed, then connected, when the mount is
+/// made, in the process that serves).
 pub fn parse_backend(s: &str) -> Result<Backend, String> {
     let Some(rest) = s.strip_prefix("etcd:") else {
-        return s.parse();
+        return Backend::parse_listing(s, &[ETCD_FORM]);
     };
     // Check the spec now (bad usage, exit 2); connect later.
-    dcache_etcd::parse_spec(rest).map_err(|e| format!("bad etcd spec {rest:?}: {e}"))?;
+    let parsed = dcache_etcd::parse_spec(rest).map_err(|_| {
+        let tls = if rest.contains("https://") {
+            "; https is not supported"
+        } else {
+            ""
+        };
+        format!(
+            "bad etcd spec {rest:?}: expected {ETCD_FORM} (HOST:PORT without http:// \
+             is taken too; the prefix is optional, /dcache by default{tls})"
+        )
+    })?;
     let spec = rest.to_string();
     Ok(Backend::Custom(Custom::new(
         format!("etcd:{rest}"),
         move || {
+            // Say at once why etcd cannot be reached (refused, unknown
+            // host), not EIO after the client's timeout.
+            match parsed.probe(ETCD_PROBE) {
+                Ok(down) => {
+                    for d in down {
+                        eprintln!("dcache: warning: etcd endpoint {d} (using the others)");
+                    }
+                }
+                Err(down) => {
+                    return Err(format!("cannot connect to etcd: {}", down.join("; ")));
+                }
+            }
             let fs = dcache_etcd::EtcdFs::connect(&spec)
                 .map_err(|e| format!("cannot connect to etcd at {spec}: {e}"))?;
             Ok(Arc::new(fs) as Arc<dyn dcache::fs::FileSystem>)
@@ -66,6 +123,10 @@ pub fn parse_backend(s: &str) -> Result<Backend, String> {
 
 /// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).
 pub fn main(args: MountArgs) -> i32 {
+    if MountOptions::asks_for_help(&args.options) {
+        print!("{}", options::HELP);
+        return 0;
+    }
     let req = match args.request() {
         Ok(r) => r,
         Err(m) => {
@@ -74,8 +135,13 @@ pub fn main(args: MountArgs) -> i32 {
         }
     };
     if let Backend::Passthrough(dir) = &req.backend {
-        if !dir.is_dir() {
-            eprintln!("dcache: {} is not a directory", dir.display());
+        let errno = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => None,
+            Ok(_) => Some(dcache::Errno::ENOTDIR),
+            Err(e) => Some(dcache::Errno::from_io(&e)),
+        };
+        if let Some(e) = errno {
+            eprintln!("dcache: cannot serve {}: {e}", dir.display());
             return 2;
         }
     }
@@ -108,10 +174,13 @@ mod tests {
     }
 
     #[test]
-    fn etcd_unreachable_is_an_error_not_a_hang() {
+    fn etcd_unreachable_is_said_at_once() {
         let b = parse_backend("etcd:http://127.0.0.1:1/x").unwrap();
         let t = std::time::Instant::now();
-        assert!(b.build().is_err());
-        assert!(t.elapsed() < std::time::Duration::from_secs(30));
+        assert_eq!(
+            b.build().err().as_deref(),
+            Some("cannot connect to etcd: http://127.0.0.1:1: connection refused")
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
 }

@@ -550,3 +550,171 @@ fn stat_runs_as_another_user() {
         assert!(out.contains("kernel  syscall"), "{out}");
     }
 }
+
+/// `dcache mount`'s messages name the problem: every backend form for an
+/// unknown one (etcd's too), ENOENT or ENOTDIR for a passthrough
+/// directory, the expected form for a bad etcd spec. One line, exit 2.
+#[test]
+fn mount_usage_errors_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let mnt = dir.path().to_str().unwrap();
+    let pt_file = format!("passthrough:{}", file.display());
+    let cases: &[(&str, &str)] = &[
+        (
+            "bogus",
+            "unknown backend \"bogus\" (mem, passthrough:DIR, kernfs[:mutex|rwlock|rcu] \
+             or etcd:http://HOST:PORT[,...]/prefix)",
+        ),
+        (
+            "passthrough:/nonexistent",
+            "cannot serve /nonexistent: ENOENT: No such file or directory",
+        ),
+        (
+            &pt_file,
+            &format!("cannot serve {}: ENOTDIR: Not a directory", file.display()),
+        ),
+        (
+            "etcd:nohost",
+            "bad etcd spec \"nohost\": expected etcd:http://HOST:PORT[,...]/prefix",
+        ),
+    ];
+    for (backend, want) in cases {
+        let o = dcache(&["mount", "-f", "--backend", backend, mnt]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{backend}: {err}");
+        assert_eq!(err.lines().count(), 1, "{backend}: {err}");
+        assert!(
+            err.starts_with(&format!("dcache: {want}")),
+            "{backend}: {err}"
+        );
+        assert!(!err.contains("EINVAL"), "{backend}: {err}");
+        assert!(o.stdout.is_empty(), "{backend}");
+    }
+    let o = dcache(&["mount", "--backend", "passthrough:/nonexistent", mnt]);
+    assert!(!stderr(&o).contains("Not a directory"), "{}", stderr(&o));
+}
+
+/// An etcd that cannot be reached is said at once (no 5 s wait, no EIO),
+/// naming each endpoint and why; exit 1, in the background as with -f.
+#[test]
+fn unreachable_etcd_is_said_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().to_str().unwrap();
+    for fg in [true, false] {
+        let t = std::time::Instant::now();
+        let backend = "etcd:http://127.0.0.1:1,nohost.invalid:2379/x";
+        let mut args = vec!["mount", "--backend", backend, mnt];
+        if fg {
+            args.insert(1, "-f");
+        }
+        let o = dcache(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(4),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(
+                "dcache: cannot connect to etcd: http://127.0.0.1:1: connection refused; \
+                 http://nohost.invalid:2379: unknown host nohost.invalid"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("EIO"), "{err}");
+    }
+}
+
+/// `-o help` prints the mount options, one line each (exit 0, no mount
+/// point needed); `mount --help` lists them and `--log`.
+#[test]
+fn mount_options_are_listed() {
+    let o = dcache(&["mount", "-o", "help"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for opt in [
+        "attr_timeout=S ",
+        "entry_timeout=S ",
+        "negative_timeout=S ",
+        "allow_other ",
+        "default_permissions ",
+        "max_threads=N ",
+        "poll_us=N ",
+        "ro, rw ",
+        "auto_unmount ",
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(opt)).count(),
+            1,
+            "{opt:?} not on one line:\n{out}"
+        );
+    }
+    assert!(!out.contains("unknown"), "{out}");
+    assert_eq!(
+        dcache(&["mount", "-o", "ro,help", "/x"]).status.code(),
+        Some(0)
+    );
+    let o = dcache(&["mount", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = stdout(&o);
+    for want in ["--log <FILE>", "attr_timeout=S", "allow_other", "-o help"] {
+        assert!(help.contains(want), "{want:?} missing:\n{help}");
+    }
+    let o = dcache(&["mount", "-o", "frobnicate", "/x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown mount option \"frobnicate\""));
+}
+
+/// A non-root mount that fails because /dev/fuse is not open to the user
+/// says so, instead of blaming the mount point. Needs root (to run as
+/// nobody) and a /dev/fuse that others may not open.
+#[test]
+fn a_non_root_mount_names_dev_fuse() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const T: &str = "a_non_root_mount_names_dev_fuse";
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {T}: not root (cannot run as nobody)");
+        return;
+    }
+    match std::fs::metadata("/dev/fuse") {
+        Ok(m) if m.mode() & 0o006 != 0o006 => {}
+        _ => {
+            eprintln!("SKIP {T}: /dev/fuse missing or open to every user");
+            return;
+        }
+    }
+    let Ok(setpriv) = Command::new("setpriv").arg("--version").output() else {
+        eprintln!("SKIP {T}: no setpriv");
+        return;
+    };
+    assert!(setpriv.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    std::os::unix::fs::chown(&mnt, Some(65534), Some(65534)).unwrap();
+    for fg in [&["-f"][..], &[]] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_dcache"))
+            .arg("mount")
+            .args(fg)
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.starts_with(
+                "dcache: cannot mount: cannot open /dev/fuse: EACCES: Permission denied"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains(mnt.to_str().unwrap()), "{err}");
+    }
+}

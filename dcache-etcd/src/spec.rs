@@ -50,6 +50,96 @@ pub struct Spec {
     pub prefix: String,
 }
 
+impl Spec {
+    /// Try a TCP connection to every endpoint at once, each given
+    /// `timeout` (name resolution included), so that a mount can say at
+    /// once why etcd cannot be reached instead of failing with EIO after
+    /// [`Options::timeout`]. `Ok`: at least one endpoint accepted; it
+    /// holds a line for each that did not. `Err`: none did; a line for
+    /// each, such as `http://127.0.0.1:1: connection refused` or
+    /// `http://nohost:2379: unknown host nohost`.
+    pub fn probe(&self, timeout: Duration) -> std::result::Result<Vec<String>, Vec<String>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let (tx, ep) = (tx.clone(), ep.clone());
+            // Detached: a resolver that hangs past the deadline is left
+            // to finish on its own.
+            let _ = std::thread::Builder::new()
+                .name("dcache-etcd-probe".into())
+                .spawn(move || {
+                    let _ = tx.send((i, probe_one(&ep, timeout)));
+                });
+        }
+        drop(tx);
+        let mut got: Vec<Option<std::result::Result<(), String>>> =
+            vec![None; self.endpoints.len()];
+        let until = std::time::Instant::now() + timeout + Duration::from_millis(200);
+        while got.iter().any(Option::is_none) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, r)) => got[i] = Some(r),
+                Err(_) => break,
+            }
+        }
+        let mut up = false;
+        let mut down = Vec::new();
+        for (ep, r) in self.endpoints.iter().zip(got) {
+            match r {
+                Some(Ok(())) => up = true,
+                Some(Err(why)) => down.push(format!("{ep}: {why}")),
+                None => down.push(format!("{ep}: no answer within {timeout:?}")),
+            }
+        }
+        if up {
+            Ok(down)
+        } else {
+            Err(down)
+        }
+    }
+}
+
+/// One endpoint (`http://host:port`): resolve it and connect to any of its
+/// addresses within `timeout`; the error in a few words.
+fn probe_one(endpoint: &str, timeout: Duration) -> std::result::Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let hostport = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+    let start = std::time::Instant::now();
+    let addrs: Vec<_> = hostport
+        .to_socket_addrs()
+        .map_err(|e| {
+            let why = e.to_string();
+            let why = why
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&why)
+                .to_string();
+            format!("unknown host {host} ({why})")
+        })?
+        .collect();
+    let mut last = format!("unknown host {host} (no address)");
+    for a in addrs {
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(format!("no answer within {timeout:?}"));
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                last = match e.raw_os_error() {
+                    Some(libc::ECONNREFUSED) => "connection refused".to_string(),
+                    Some(libc::ENETUNREACH) => "network unreachable".to_string(),
+                    Some(libc::EHOSTUNREACH) => "host unreachable".to_string(),
+                    _ if e.kind() == std::io::ErrorKind::TimedOut => {
+                        format!("no answer within {timeout:?}")
+                    }
+                    _ => Errno::from_io(&e).to_string(),
+                }
+            }
+        }
+    }
+    Err(last)
+}
+
 /// Parse `[etcd:]ENDPOINT[,ENDPOINT...][/prefix]`, where an endpoint is
 /// `[http://]host:port`. The prefix follows the last endpoint (or any,
 /// when they all name the same one). EINVAL for anything else (https is
@@ -121,5 +211,27 @@ mod tests {
         ] {
             assert_eq!(parse_spec(bad), Err(Errno::EINVAL), "{bad}");
         }
+    }
+
+    #[test]
+    fn probes_say_why_at_once() {
+        let t = std::time::Instant::now();
+        let spec = parse_spec("127.0.0.1:1,nohost.invalid:2379/x").unwrap();
+        let down = spec.probe(Duration::from_secs(1)).unwrap_err();
+        assert_eq!(down.len(), 2, "{down:?}");
+        assert_eq!(down[0], "http://127.0.0.1:1: connection refused");
+        assert!(
+            down[1].starts_with("http://nohost.invalid:2379: unknown host nohost.invalid"),
+            "{down:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // One listening endpoint is enough; the other is named.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let spec = parse_spec(&format!("127.0.0.1:{port},127.0.0.1:1")).unwrap();
+        assert_eq!(
+            spec.probe(Duration::from_secs(1)),
+            Ok(vec!["http://127.0.0.1:1: connection refused".to_string()])
+        );
     }
 }

@@ -83,9 +83,21 @@ pub enum Backend {
     Custom(Custom),
 }
 
+/// The forms [`Backend`]'s `FromStr` takes, as messages list them.
+pub const FORMS: &[&str] = &["mem", "passthrough:DIR", "kernfs[:mutex|rwlock|rcu]"];
+
 impl FromStr for Backend {
     type Err = String;
     fn from_str(s: &str) -> Result<Backend, String> {
+        Backend::parse_listing(s, &[])
+    }
+}
+
+impl Backend {
+    /// Parse a built-in backend ([`FORMS`]); the message for an unknown
+    /// one lists them and then `more`, the forms the caller recognises
+    /// itself (such as `dcache mount`'s `etcd:...`).
+    pub fn parse_listing(s: &str, more: &[&str]) -> Result<Backend, String> {
         match s.split_once(':') {
             None if s == "mem" => Ok(Backend::Mem),
             None if s == "kernfs" => Ok(Backend::KernFs("rwlock".into())),
@@ -100,14 +112,17 @@ impl FromStr for Backend {
             Some(("passthrough", _)) => {
                 Err("passthrough needs a directory: passthrough:DIR".into())
             }
-            _ => Err(format!(
-                "unknown backend {s:?} (mem, passthrough:DIR or kernfs[:VARIANT])"
-            )),
+            _ => {
+                let all: Vec<&str> = FORMS.iter().chain(more).copied().collect();
+                let (last, rest) = all.split_last().expect("FORMS is not empty");
+                Err(format!(
+                    "unknown backend {s:?} ({} or {last})",
+                    rest.join(", ")
+                ))
+            }
         }
     }
-}
 
-impl Backend {
     /// The `fsname` shown in the mount table.
     pub fn fsname(&self) -> String {
         match self {
@@ -230,6 +245,14 @@ mod tests {
         ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad:?} accepted");
         }
+        assert_eq!(
+            "x:y".parse::<Backend>().unwrap_err(),
+            "unknown backend \"x:y\" (mem, passthrough:DIR or kernfs[:mutex|rwlock|rcu])"
+        );
+        assert_eq!(
+            Backend::parse_listing("bogus", &["etcd:URL"]).unwrap_err(),
+            "unknown backend \"bogus\" (mem, passthrough:DIR, kernfs[:mutex|rwlock|rcu] or etcd:URL)"
+        );
     }
 
     #[test]

@@ -18,6 +18,38 @@ use std::time::Duration;
 
 use fuser::{MountOption, SessionACL};
 
+/// The `-o` options, one line each: what `dcache mount -o help` prints and
+/// `dcache mount --help` lists.
+pub const HELP: &str = "\
+attr_timeout=S          seconds the kernel caches attributes (default 1)
+entry_timeout=S         seconds the kernel caches a name (default 1)
+negative_timeout=S      seconds it caches a missing name (default 0: not at all)
+timeout=S               all three timeouts
+allow_other             let every user enter (non-root: needs user_allow_other in /etc/fuse.conf)
+allow_root              let root enter it too
+default_permissions     the kernel checks permission bits (default)
+no_default_permissions  dcache checks them, for each request's credential
+readdirplus             answer `ls -l` with one request per page (default)
+no_readdirplus          plain READDIR, then one LOOKUP per name
+direct_io               read and write around the page cache (default: kernfs)
+no_direct_io            use the page cache
+max_threads=N           worker threads (default: one per CPU, 2 to 8)
+clone_fd                one /dev/fuse descriptor per worker (default)
+no_clone_fd             every worker reads one descriptor
+poll_us=N               a worker busy-polls until N us pass idle (default 1000 on 4+ CPUs; 0: never)
+fsname=NAME             the mount's source in the mount table (default: the backend)
+subtype=NAME            the mount's type is fuse.NAME (default fuse.dcache)
+ro, rw                  read-only, or read-write (default)
+nosuid, suid            ignore (default), or honour set-user-ID bits
+nodev, dev              no device files (default), or allow them
+noexec, exec            no executing from the mount, or allow it (default)
+noatime, atime          do not update access times, or do (default)
+sync, async             synchronous writes, or not (default)
+dirsync                 synchronous directory changes
+auto_unmount            unmount when the daemon dies (through fusermount3)
+help                    print this list
+";
+
 /// The subtype our mounts carry unless `-o subtype=` says otherwise: the
 /// kernel lists them as type `fuse.dcache`.
 pub const DEFAULT_SUBTYPE: &str = "dcache";
@@ -124,6 +156,12 @@ fn seconds(key: &str, v: &str) -> Result<Duration, String> {
 }
 
 impl MountOptions {
+    /// Whether the `-o` arguments ask for [`HELP`] (`-o help`).
+    pub fn asks_for_help<S: AsRef<str>>(args: &[S]) -> bool {
+        args.iter()
+            .any(|a| a.as_ref().split(',').any(|o| o == "help"))
+    }
+
     /// Parse every `-o` argument (each a comma-separated list).
     pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<MountOptions, String> {
         let mut o = MountOptions::default();
@@ -284,6 +322,37 @@ mod tests {
         assert_eq!(o.timeouts, Timeouts::default());
         assert_eq!(o.timeouts.negative, Duration::ZERO);
         assert!(o.default_permissions && o.readdirplus);
+    }
+
+    /// `-o help` lists every option `apply` takes, one line each.
+    #[test]
+    fn help_lists_every_option() {
+        for line in HELP.lines() {
+            assert!(!line.starts_with(' '), "a line of its own: {line:?}");
+            let head = line.split("  ").next().unwrap();
+            for name in head.split(", ") {
+                let key = name.split('=').next().unwrap();
+                if key.is_empty() || key == "help" {
+                    continue;
+                }
+                let one = match name.split_once('=') {
+                    Some((k, "S")) => format!("{k}=1"),
+                    Some((k, "N")) => format!("{k}=2"),
+                    Some((k, _)) => format!("{k}=x"),
+                    None => name.to_string(),
+                };
+                assert!(MountOptions::parse(&[&one]).is_ok(), "{one} refused");
+            }
+        }
+        for key in [
+            "attr_timeout",
+            "allow_other",
+            "poll_us",
+            "auto_unmount",
+            "fsname",
+        ] {
+            assert!(HELP.lines().any(|l| l.starts_with(key)), "{key} missing");
+        }
     }
 
     #[test]

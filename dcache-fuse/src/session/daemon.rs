@@ -1,17 +1,94 @@
 //! Going to the background like libfuse's `fuse_daemonize`: the parent
 //! waits until the child has mounted, then exits 0 (or 1 with the child's
 //! message); the child leaves the session and the working directory and
-//! serves; stdin and stdout go to /dev/null but stderr is kept, so the
-//! unmount report still reaches whoever started it.
+//! serves. Until the mount is up the child's stderr is still the caller's
+//! (an error before then reaches the caller through the parent); once it
+//! is up, stdin, stdout and stderr point at /dev/null, or stdout and
+//! stderr at the log file (`--log FILE`), so nothing of the caller's is
+//! held open: `out=$(dcache mount ... 2>&1)` returns as soon as the mount
+//! is up.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+/// Where the background daemon's messages go once the mount is up.
+pub struct Sink(Option<OwnedFd>);
+
+impl Sink {
+    /// `path` opened for appending (created 0644 if missing), or /dev/null
+    /// for `None`. Opened by the caller, before forking and before the
+    /// working directory changes, so that a relative path is the
+    /// caller's and an error is reported while the caller waits.
+    pub fn open(path: Option<&Path>) -> Result<Sink, String> {
+        let Some(p) = path else {
+            return Ok(Sink(None));
+        };
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .open(p)
+            .map(|f| Sink(Some(f.into())))
+            .map_err(|e| {
+                format!(
+                    "cannot open the log {}: {}",
+                    p.display(),
+                    dcache::Errno::from_io(&e)
+                )
+            })
+    }
+
+    /// With `-f`: point stdout and stderr at the log file, if one was
+    /// given (else leave them alone).
+    pub fn redirect(self) {
+        if let Some(f) = &self.0 {
+            // SAFETY: dup2 of a descriptor we own onto 1 and 2.
+            unsafe {
+                libc::dup2(f.as_raw_fd(), 1);
+                libc::dup2(f.as_raw_fd(), 2);
+            }
+        }
+    }
+
+    /// In the background: point stdin at /dev/null, and stdout and
+    /// stderr at the log file or /dev/null.
+    fn detach_stdio(&self) {
+        // SAFETY: plain syscalls on descriptors we own or a static path;
+        // dup2 onto 0, 1 and 2 replaces them for every thread.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            let out = self.0.as_ref().map_or(null, |f| f.as_raw_fd());
+            if null >= 0 {
+                libc::dup2(null, 0);
+            }
+            if out >= 0 {
+                libc::dup2(out, 1);
+                libc::dup2(out, 2);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+}
 
 /// The serving child's end of the pipe its parent waits on.
-pub struct Ready(libc::c_int);
+pub struct Ready {
+    pipe: libc::c_int,
+    sink: Sink,
+}
 
 impl Ready {
     /// Tell the waiting parent how the mount went (it exits 0, or
-    /// prints the message and exits 1); then leave the working
+    /// prints the message and exits 1). On success first point stdout
+    /// and stderr at the log (or /dev/null), so that the caller's are
+    /// closed by the time the parent exits; then leave the working
     /// directory like `fuse_daemonize`. On failure the child exits too.
     pub fn tell(self, r: Result<(), &str>) {
+        if r.is_ok() {
+            self.sink.detach_stdio();
+        }
         let msg = match r {
             Ok(()) => b"0".to_vec(),
             Err(m) => [b"1", m.as_bytes()].concat(),
@@ -19,17 +96,18 @@ impl Ready {
         let mut off = 0;
         while off < msg.len() {
             // SAFETY: writes from a live buffer to our own pipe fd.
-            let n = unsafe { libc::write(self.0, msg[off..].as_ptr().cast(), msg.len() - off) };
+            let n = unsafe { libc::write(self.pipe, msg[off..].as_ptr().cast(), msg.len() - off) };
             if n <= 0 {
                 break;
             }
             off += n as usize;
         }
-        // SAFETY: our own descriptors and a static path.
+        // SAFETY: our own descriptor and a static path.
         unsafe {
-            libc::close(self.0);
+            libc::close(self.pipe);
             libc::chdir(c"/".as_ptr());
         }
+        drop(self.sink);
         if r.is_err() {
             // SAFETY: the parent reports the error; nothing else is
             // left to do here (the failed mount was dropped already).
@@ -41,9 +119,9 @@ impl Ready {
 /// Fork into the background (libfuse's `fuse_daemonize`): the parent
 /// waits until the child reports through a pipe ([`Ready::tell`]),
 /// then exits without running destructors; the child leaves the
-/// session, points stdin and stdout at /dev/null (stderr is kept, for
-/// the unmount report) and continues.
-pub fn detach() -> Result<Ready, String> {
+/// session and continues (its stdin is pointed at /dev/null, its stdout
+/// and stderr at `sink`, when it tells the parent the mount is up).
+pub fn detach(sink: Sink) -> Result<Ready, String> {
     // fork() copies only the calling thread; a helper thread's locks
     // would stay held forever in the child.
     let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
@@ -62,24 +140,20 @@ pub fn detach() -> Result<Ready, String> {
     match unsafe { libc::fork() } {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
-            // SAFETY: plain syscalls on valid arguments.
+            // SAFETY: plain syscalls on valid arguments. stdin, stdout
+            // and stderr stay the caller's until the mount is up (an
+            // error before then may be printed there; the parent prints
+            // the one the pipe carries), and are replaced in `tell`.
             unsafe {
                 libc::close(fds[0]);
                 libc::setsid();
-                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                if null >= 0 {
-                    libc::dup2(null, 0);
-                    libc::dup2(null, 1);
-                    if null > 2 {
-                        libc::close(null);
-                    }
-                }
             }
-            Ok(Ready(fds[1]))
+            Ok(Ready { pipe: fds[1], sink })
         }
         _ => {
             // SAFETY: our own write end, which only the child keeps.
             unsafe { libc::close(fds[1]) };
+            drop(sink);
             let mut got = Vec::new();
             let mut buf = [0u8; 512];
             loop {

@@ -3,10 +3,14 @@
 //!
 //! The daemon mounts (and completes the FUSE handshake) before anything
 //! else, so a bad mount point or a missing /dev/fuse is reported while the
-//! caller still waits. Without `-f` it then forks like libfuse's
-//! `fuse_daemonize`: the parent exits 0, the child leaves the session and
-//! the working directory and serves; stdin and stdout go to /dev/null but
-//! stderr is kept, so the unmount report still reaches whoever started it.
+//! caller still waits. Without `-f` it forks like libfuse's
+//! `fuse_daemonize`: the child mounts while the parent waits; an error
+//! before the mount is up is printed on the caller's stderr by the parent
+//! (exit 1); once it is up the parent exits 0 and the child, which has
+//! left the session and the working directory, serves with stdin, stdout
+//! and stderr on /dev/null (or stdout and stderr appended to the `--log`
+//! file, which then gets the unmount report). Nothing of the caller's is
+//! held open, so `out=$(dcache mount ...)` returns once the mount is up.
 //!
 //! SIGINT, SIGTERM and SIGHUP prune the kernel's cache and unmount;
 //! `fusermount3 -u` or `umount` end the session the same way, but without
@@ -62,6 +66,10 @@ pub struct ServeRequest {
     pub foreground: bool,
     /// `-s`: one worker thread.
     pub single_threaded: bool,
+    /// `--log FILE`: once the mount is up, stdout and stderr (the unmount
+    /// report, prune counts, warnings) are appended to this file. `None`:
+    /// /dev/null in the background, the caller's stderr with `-f`.
+    pub log: Option<PathBuf>,
 }
 
 fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsConfig {
@@ -76,26 +84,29 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
 
 /// Mount, serve until unmounted, print the report. Returns the report.
 ///
-/// Without `-f` the process forks first (after checking the mount point)
-/// and the child builds the backend, mounts and serves, while the parent
-/// waits until the child reports the mount made (exit 0) or failed (the
-/// child's message on stderr, exit 1). Building the backend in the child
-/// lets it start threads (dcache-etcd's runtime and watch): `fork` keeps
-/// only the calling thread.
+/// Without `-f` the process forks first (after checking the mount point
+/// and opening the log) and the child builds the backend, mounts and
+/// serves, while the parent waits until the child reports the mount made
+/// (exit 0) or failed (the child's message on stderr, exit 1). Building
+/// the backend in the child lets it start threads (dcache-etcd's runtime
+/// and watch): `fork` keeps only the calling thread.
 pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     let subtype = req.options.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
     let at = preflight(&req.mountpoint, subtype)?;
+    let sink = daemon::Sink::open(req.log.as_deref())?;
     // Before any thread exists, so that every thread inherits the mask.
     let signals = signals::block()?;
-    let ready = if req.foreground {
-        None
+    let (ready, sink) = if req.foreground {
+        (None, Some(sink))
     } else {
-        Some(daemon::detach()?)
+        (Some(daemon::detach(sink)?), None)
     };
     let started = start_serving(req, &at);
     if let Some(r) = ready {
         // The parent exits now: 0, or 1 with the message.
         r.tell(started.as_ref().map(|_| ()).map_err(|m| m.as_str()));
+    } else if let (Ok(_), Some(s)) = (&started, sink) {
+        s.redirect();
     }
     let (session, own, report, stats) = started?;
     let pruner = Pruner {
@@ -132,8 +143,8 @@ fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
     let config = req
         .options
         .fuser_config(req.single_threaded, &req.backend.fsname());
-    let session = Session::new(fs, at, &config)
-        .map_err(|e| format!("cannot mount on {}: {e}", req.mountpoint.display()))?;
+    let session =
+        Session::new(fs, at, &config).map_err(|e| mountpoint::mount_failed(&req.mountpoint, &e))?;
     let own = OwnMount::record(at)
         .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
     if let Some(w) = req.options.poll_window(req.single_threaded) {

@@ -122,6 +122,85 @@ fn umount(at: &Path, flags: i32) -> io::Result<()> {
     }
 }
 
+/// Why mounting on `mountpoint` failed (fuser's error `e`), naming the
+/// real cause rather than blaming the mount point: /dev/fuse that cannot
+/// be opened (missing module, or not open to this user), a missing
+/// `fusermount3` (how a non-root user mounts), or fusermount3's own
+/// message.
+pub(crate) fn mount_failed(mountpoint: &Path, e: &io::Error) -> String {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .err();
+    explain_mount_error(mountpoint, e, root, dev.as_ref(), &fusermount())
+}
+
+/// Where fuser looks for the mount helper: `$FUSERMOUNT_PATH`, else
+/// `fusermount3` or `fusermount` in PATH, /sbin or /bin. `Err` names what
+/// was looked for.
+fn fusermount() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{} (FUSERMOUNT_PATH)", p.display()))
+        };
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/sbin".into(), "/bin".into()]);
+    dirs.iter()
+        .flat_map(|d| [d.join("fusermount3"), d.join("fusermount")])
+        .find(|p| p.is_file())
+        .ok_or_else(|| "fusermount3".to_string())
+}
+
+/// [`mount_failed`] given what it found: whether we are root, the error
+/// opening /dev/fuse (if any), and the mount helper.
+fn explain_mount_error(
+    mountpoint: &Path,
+    e: &io::Error,
+    root: bool,
+    dev_fuse: Option<&io::Error>,
+    helper: &Result<PathBuf, String>,
+) -> String {
+    if let Some(d) = dev_fuse {
+        let errno = Errno::from_io(d);
+        let hint = match errno.0 {
+            libc::ENOENT | libc::ENODEV | libc::ENXIO => {
+                " (no FUSE in this kernel: `modprobe fuse`)"
+            }
+            libc::EACCES | libc::EPERM if !root => {
+                " (a non-root user needs read and write access to it: distributions make it 0666)"
+            }
+            _ => "",
+        };
+        return format!("cannot mount: cannot open /dev/fuse: {errno}{hint}");
+    }
+    if let Err(name) = helper {
+        if e.kind() == io::ErrorKind::NotFound {
+            return format!(
+                "cannot mount: {name} not found (a non-root mount goes through \
+                 the setuid fusermount3: install fuse3)"
+            );
+        }
+    }
+    match e.raw_os_error() {
+        Some(n) => format!("cannot mount on {}: {}", mountpoint.display(), Errno(n)),
+        // fusermount3's message ("fusermount3: ..."), or fuser's.
+        None => format!(
+            "cannot mount on {}: {}",
+            mountpoint.display(),
+            e.to_string().trim()
+        ),
+    }
+}
+
 /// The mount this process made: its path and its device (`major:minor`),
 /// which no other mount shares. Unmounting goes by path (there is no other
 /// way), so it is done only while the top mount on the path is this one.
@@ -169,5 +248,61 @@ impl OwnMount {
             Err(e) if lazy && e.raw_os_error() == Some(libc::EBUSY) => detach(&self.path),
             r => r,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(n: i32) -> io::Error {
+        io::Error::from_raw_os_error(n)
+    }
+
+    #[test]
+    fn mount_errors_name_the_real_cause() {
+        let mnt = Path::new("/mnt/x");
+        let helper = Ok(PathBuf::from("/usr/bin/fusermount3"));
+        let acces = io(libc::EACCES);
+        // /dev/fuse not open to a non-root user: /dev/fuse, not the
+        // mount point.
+        let m = explain_mount_error(mnt, &io(libc::EACCES), false, Some(&acces), &helper);
+        assert!(
+            m.starts_with("cannot mount: cannot open /dev/fuse: EACCES: Permission denied ("),
+            "{m}"
+        );
+        assert!(!m.contains("/mnt/x"), "{m}");
+        let m = explain_mount_error(
+            mnt,
+            &io(libc::ENOENT),
+            true,
+            Some(&io(libc::ENOENT)),
+            &helper,
+        );
+        assert!(
+            m.contains("/dev/fuse: ENOENT") && m.contains("modprobe fuse"),
+            "{m}"
+        );
+        // No fusermount3 where fuser looks for it.
+        let none = Err("fusermount3".to_string());
+        let m = explain_mount_error(mnt, &io(libc::ENOENT), false, None, &none);
+        assert!(
+            m.starts_with("cannot mount: fusermount3 not found ("),
+            "{m}"
+        );
+        // fusermount3's own message is passed on.
+        let fm = io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "fusermount3: option allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf\n",
+        );
+        let m = explain_mount_error(mnt, &fm, false, None, &helper);
+        assert_eq!(
+            m,
+            "cannot mount on /mnt/x: fusermount3: option allow_other only allowed if \
+             'user_allow_other' is set in /etc/fuse.conf"
+        );
+        // Anything else is the mount point's, by errno name.
+        let m = explain_mount_error(mnt, &io(libc::EINVAL), true, None, &helper);
+        assert_eq!(m, "cannot mount on /mnt/x: EINVAL: Invalid argument");
     }
 }
