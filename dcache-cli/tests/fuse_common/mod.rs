@@ -225,7 +225,10 @@ impl Daemon {
     /// Wait (at most 20 s) for the daemon to exit; its status and stderr.
     fn finish(&self) -> (Option<ExitStatus>, String) {
         let mut status = None;
-        wait_for(Duration::from_secs(20), || {
+        // Generous: the exit prunes the kernel's cache (up to 2 s), unmounts
+        // and frees the cache, and a loaded 2-CPU box has been seen to take
+        // over 20 s for that (with other builds and FUSE tests running).
+        wait_for(Duration::from_secs(60), || {
             status = self.child.lock().unwrap().try_wait().unwrap();
             status.is_some()
         });
