@@ -120,28 +120,4 @@ mod tests {
             "{text}"
         );
     }
-
-    #[test]
-    fn same_cache_line_edges() {
-        assert!(same_cache_line(0, 8, 56, 8));
-        assert!(!same_cache_line(0, 8, 64, 8));
-        assert!(same_cache_line(60, 8, 64, 1));
-        assert!(!same_cache_line(0, 0, 0, 8));
-        const _: () = assert!(!same_cache_line(0, 64, 64, 64));
-    }
-
-    #[test]
-    fn type_names_lose_their_paths() {
-        assert_eq!(
-            short_type_name(
-                "dcache::a::CacheAligned<dcache::lockref::LockRef<dcache::lockref::Dcache>>"
-            ),
-            "CacheAligned<LockRef<Dcache>>"
-        );
-        assert_eq!(short_type_name("[u8; 4]"), "[u8; 4]");
-        assert_eq!(
-            short_type_name("core::option::Option<&str>"),
-            "Option<&str>"
-        );
-    }
 }
