@@ -77,6 +77,8 @@ pub mod session;
 #[cfg(not(loom))]
 pub mod stats;
 mod sync;
+#[cfg(not(loom))]
+pub mod usage;
 // For the tests and benchmarks of this workspace (mount a memfs tree
 // through the daemon); not part of the supported API.
 #[cfg(not(loom))]
@@ -99,3 +101,5 @@ pub use options::MountOptions;
 pub use session::{mount, Mounted};
 #[cfg(not(loom))]
 pub use stats::{Report, Stats};
+#[cfg(not(loom))]
+pub use usage::Usage;

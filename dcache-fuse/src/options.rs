@@ -11,6 +11,7 @@
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
+//! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
@@ -36,6 +37,7 @@ no_direct_io            use the page cache
 max_threads=N           worker threads (default: one per CPU, 2 to 8)
 clone_fd                one /dev/fuse descriptor per worker (default)
 no_clone_fd             every worker reads one descriptor
+max_cached=N            unused names kept in the dentry cache (default 65536)
 poll_us=N               a worker busy-polls until N us pass idle (default 1000 on 4+ CPUs; 0: never)
 fsname=NAME             the mount's source in the mount table (default: the backend)
 subtype=NAME            the mount's type is fuse.NAME (default fuse.dcache)
@@ -49,6 +51,10 @@ dirsync                 synchronous directory changes
 auto_unmount            unmount when the daemon dies (through fusermount3)
 help                    print this list
 ";
+
+/// [`MountOptions::max_cached`] unless `-o max_cached=` says otherwise:
+/// about 40 MiB of names and inodes at most, whatever the tree's size.
+pub const DEFAULT_MAX_CACHED: usize = 1 << 16;
 
 /// The subtype our mounts carry unless `-o subtype=` says otherwise: the
 /// kernel lists them as type `fuse.dcache`.
@@ -112,6 +118,9 @@ pub struct MountOptions {
     pub direct_io: Option<bool>,
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
+    /// Unused dentries the cache keeps (`max_cached=N`, default
+    /// [`DEFAULT_MAX_CACHED`]): the `Vfs`'s `Config::max_unused`.
+    pub max_cached: usize,
     /// One /dev/fuse descriptor per worker (`clone_fd`, default on).
     pub clone_fd: bool,
     /// Busy-poll window ([`super::poll`]); zero: never poll; `None`:
@@ -135,6 +144,7 @@ impl Default for MountOptions {
             readdirplus: true,
             direct_io: None,
             max_threads: 0,
+            max_cached: DEFAULT_MAX_CACHED,
             clone_fd: true,
             poll: None,
             fsname: None,
@@ -160,6 +170,14 @@ impl MountOptions {
     pub fn asks_for_help<S: AsRef<str>>(args: &[S]) -> bool {
         args.iter()
             .any(|a| a.as_ref().split(',').any(|o| o == "help"))
+    }
+
+    /// The dentry cache's sizing for a mount with these options.
+    pub fn vfs_config(&self) -> dcache::vfs::Config {
+        dcache::vfs::Config {
+            max_unused: self.max_cached,
+            ..dcache::vfs::Config::default()
+        }
     }
 
     /// Parse every `-o` argument (each a comma-separated list).
@@ -213,6 +231,12 @@ impl MountOptions {
                     .ok()
                     .filter(|&n| (1..=1024).contains(&n))
                     .ok_or_else(|| format!("bad value for max_threads: {v:?} (1 to 1024)"))?;
+            }
+            "max_cached" => {
+                let v = need(key, val)?;
+                self.max_cached = v.parse().ok().filter(|&n| n <= 1 << 30).ok_or_else(|| {
+                    format!("bad value for max_cached: {v:?} (0 to 1073741824 entries)")
+                })?;
             }
             "fsname" => self.fsname = Some(need(key, val)?.to_string()),
             "subtype" => self.subtype = Some(need(key, val)?.to_string()),

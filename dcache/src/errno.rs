@@ -40,6 +40,7 @@ errnos! {
     ENOTDIR => "Not a directory",
     EISDIR => "Is a directory",
     EINVAL => "Invalid argument",
+    ENFILE => "Too many open files in system",
     EMFILE => "Too many open files",
     EFBIG => "File too large",
     ENOSPC => "No space left on device",

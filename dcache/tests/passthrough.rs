@@ -35,6 +35,15 @@ fn setup_ttl(ttl: Duration) -> (TempDir, Passthrough) {
     (dir, fs)
 }
 
+/// A backend whose inodes each hold their descriptor (no file handles).
+fn setup_held() -> (TempDir, Passthrough) {
+    let dir = TempDir::new().unwrap();
+    let mut o = with_ttl(Duration::from_secs(3600));
+    o.file_handles = false;
+    let fs = Passthrough::with_options(dir.path(), o).unwrap();
+    (dir, fs)
+}
+
 fn lk(fs: &Passthrough, dir: Ino, name: &str) -> Attr {
     fs.lookup(dir, name.as_bytes())
         .unwrap_or_else(|e| panic!("lookup {name}: {e}"))
@@ -1173,7 +1182,7 @@ fn revalidation_with_a_short_ttl() {
 
 #[test]
 fn forget_closes_the_held_descriptor() {
-    let (d, fs) = setup();
+    let (d, fs) = setup_held();
     let p = d.path();
     fs::write(p.join("a"), b"").unwrap();
     fs::create_dir(p.join("dir")).unwrap();
@@ -1227,7 +1236,7 @@ fn forget_closes_the_held_descriptor() {
 
 #[test]
 fn concurrent_lookups_agree_and_forgets_are_safe() {
-    let (d, fs) = setup();
+    let (d, fs) = setup_held();
     for i in 0..8 {
         fs::write(d.path().join(format!("f{i}")), b"").unwrap();
     }
@@ -1281,6 +1290,62 @@ fn concurrent_lookups_agree_and_forgets_are_safe() {
     }
     assert_eq!(fs.inode_count(), 1);
     assert_eq!(fds_inside(d.path()), 1);
+}
+
+#[test]
+fn file_handles_bound_the_descriptors() {
+    let dir = TempDir::new().unwrap();
+    let mut o = with_ttl(Duration::from_secs(3600));
+    o.max_fds = 8;
+    let fs = Passthrough::with_options(dir.path(), o).unwrap();
+    if !fs.fd_stats().file_handles {
+        println!("SKIPPED file_handles_bound_the_descriptors (no open_by_handle_at here)");
+        return;
+    }
+    fs::create_dir(dir.path().join("d")).unwrap();
+    for i in 0..200 {
+        fs::write(dir.path().join(format!("d/f{i}")), format!("{i}")).unwrap();
+    }
+    let d = lk(&fs, ROOT_INO, "d").ino;
+    let inos: Vec<Ino> = (0..200).map(|i| lk(&fs, d, &format!("f{i}")).ino).collect();
+    assert_eq!(fs.inode_count(), 202);
+    // The root's descriptor, the mount descriptor handles open through,
+    // and at most 8 cached ones.
+    assert!(fds_inside(dir.path()) <= 10, "{}", fds_inside(dir.path()));
+    // Every inode still reaches its own file, reopened from its handle.
+    for (i, &ino) in inos.iter().enumerate() {
+        let fh = fs.open(ino, libc::O_RDONLY).unwrap();
+        let mut buf = [0u8; 8];
+        let n = fs.read(ino, fh, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..n], i.to_string().as_bytes());
+        fs.release(ino, fh).unwrap();
+        assert!(fs.fd_stats().cached <= 8, "{:?}", fs.fd_stats());
+    }
+    // A file deleted and its number reused by the host is a new object,
+    // which gets a number of its own while the old entry is still held.
+    fs::remove_file(dir.path().join("d/f0")).unwrap();
+    let mut reused = None;
+    for k in 0..64 {
+        let p = dir.path().join(format!("d/new{k}"));
+        fs::write(&p, b"new").unwrap();
+        let host_ino = fs::metadata(&p).unwrap().ino();
+        if host_ino == inos[0] {
+            reused = Some(format!("new{k}"));
+            break;
+        }
+    }
+    if let Some(name) = reused {
+        let a = lk(&fs, d, &name);
+        assert_ne!(a.ino, inos[0], "a reused host number must not alias");
+        assert_eq!(a.size, 3);
+        fs.forget(a.ino, u64::MAX);
+    }
+    for &ino in &inos {
+        fs.forget(ino, u64::MAX);
+    }
+    fs.forget(d, u64::MAX);
+    assert_eq!(fs.inode_count(), 1);
+    assert_eq!(fs.fd_stats().cached, 0, "{:?}", fs.fd_stats());
 }
 
 #[test]

@@ -414,14 +414,14 @@ pub(super) fn stat_at(dir: RawFd, path: &CStr) -> i32 {
 /// Where the syscall cases find their tree.
 enum Tree {
     Shm(ShmTree),
-    Fuse(FuseTree),
+    Fuse(Box<FuseTree>),
 }
 
 impl Tree {
     fn new(target: &str, files: &[String]) -> Result<Tree, String> {
         match target {
             "kernel" => ShmTree::new(files).map(Tree::Shm),
-            t => FuseTree::new(t, files).map(Tree::Fuse),
+            t => FuseTree::new(t, files).map(|t| Tree::Fuse(Box::new(t))),
         }
     }
 

@@ -116,6 +116,18 @@ impl Daemon {
     /// already carry mounts): up once one more mount is stacked there.
     /// `dir` holds the log and is removed with the Daemon.
     pub fn start_on(backend: &str, args: &[&str], mnt: PathBuf, dir: tempfile::TempDir) -> Daemon {
+        Daemon::start_limited(backend, args, mnt, dir, None)
+    }
+
+    /// Like [`start_on`](Self::start_on), with the daemon's RLIMIT_NOFILE
+    /// (soft and hard) set to `nofile` when given.
+    pub fn start_limited(
+        backend: &str,
+        args: &[&str],
+        mnt: PathBuf,
+        dir: tempfile::TempDir,
+        nofile: Option<u64>,
+    ) -> Daemon {
         let before = mounts_at(&mnt);
         // A dead mount there (its daemon killed) is replaced, not stacked on.
         let dead = std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
@@ -135,6 +147,23 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err);
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and
+            // only calls setrlimit, which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = Arc::new(Mutex::new(cmd.spawn().expect("spawn dcache mount")));
         let done = Arc::new(AtomicBool::new(false));
         {

@@ -43,6 +43,7 @@ use std::sync::{Arc, OnceLock};
 use fuser::{BackgroundSession, INodeNo, Notifier, Session};
 
 use dcache::fs::FileSystem;
+use dcache::vfs::Counters;
 use dcache::Vfs;
 
 use self::mountpoint::{preflight, OwnMount};
@@ -52,6 +53,7 @@ use super::fs::{DcacheFs, FsConfig, InvalSlot, KernelInval};
 use super::options::{MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
+use super::usage::Usage;
 
 /// What `dcache mount` was asked to do.
 #[derive(Clone, Debug)]
@@ -108,11 +110,12 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     } else if let (Ok(_), Some(s)) = (&started, sink) {
         s.redirect();
     }
-    let (session, own, report, stats) = started?;
+    let (session, own, report, stats, counters) = started?;
     let pruner = Pruner {
         notifier: session.notifier(),
         mountpoint: at,
         stats,
+        counters,
     };
     signals::spawn_waiter(signals, own, pruner)?;
     join(session).map_err(|e| format!("session: {e}"))?;
@@ -127,13 +130,16 @@ type Started = (
     OwnMount,
     Arc<OnceLock<Report>>,
     Arc<Stats>,
+    Arc<Counters>,
 );
 
 /// Build the backend, mount it on `at` and start the workers: everything
 /// `serve` does in the process that serves.
 fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
     let backend = req.backend.build()?;
-    let vfs = Vfs::new(backend).map_err(|e| format!("backend root: {e}"))?;
+    let vfs = Vfs::with_config(backend, req.options.vfs_config())
+        .map_err(|e| format!("backend root: {e}"))?;
+    let counters = vfs.counters();
     let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
     let fs = DcacheFs::new(vfs, cfg);
     let report = fs.report_slot();
@@ -153,7 +159,7 @@ fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
     }
     let session = session.spawn().map_err(|e| format!("session: {e}"))?;
     start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
-    Ok((session, own, report, stats))
+    Ok((session, own, report, stats, counters))
 }
 
 /// Wait for a session's threads to finish, without ever letting fuser
@@ -231,6 +237,11 @@ impl Mounted {
         self.pruner.stats.report()
     }
 
+    /// What the mount uses now (descriptors, memory, cache counts).
+    pub fn usage(&self) -> Usage {
+        self.pruner.usage()
+    }
+
     /// Make the kernel forget what it does not use; returns the counts.
     pub fn prune(&self) -> Report {
         self.pruner.prune()
@@ -292,7 +303,9 @@ pub fn mount(
     mountpoint: &Path,
     options: &MountOptions,
 ) -> io::Result<Mounted> {
-    let vfs = Vfs::new(backend).map_err(|e| io::Error::from_raw_os_error(e.raw()))?;
+    let vfs = Vfs::with_config(backend, options.vfs_config())
+        .map_err(|e| io::Error::from_raw_os_error(e.raw()))?;
+    let counters = vfs.counters();
     let fs = DcacheFs::new(vfs, fs_config(options, false, false));
     let report = fs.report_slot();
     let stats = fs.stats();
@@ -315,6 +328,7 @@ pub fn mount(
             notifier: session.notifier(),
             mountpoint: path.clone(),
             stats,
+            counters,
         },
         session: Some(session),
         report,

@@ -10,16 +10,26 @@ use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
 
+use dcache::vfs::Counters;
+
 use crate::stats::{Report, Stats};
+use crate::usage::Usage;
 
 /// Makes the kernel forget what it caches but does not use.
 pub(crate) struct Pruner {
     pub(super) notifier: Notifier,
     pub(super) mountpoint: PathBuf,
     pub(super) stats: Arc<Stats>,
+    /// The dentry cache's counters, for [`Pruner::usage`].
+    pub(super) counters: Arc<Counters>,
 }
 
 impl Pruner {
+    /// What the mount uses now.
+    pub fn usage(&self) -> Usage {
+        Usage::now(&self.counters, &self.stats.report())
+    }
+
     /// Invalidate every root entry, wait (at most ~2 s) for the forgets to
     /// settle, and return the counts then.
     pub fn prune(&self) -> Report {

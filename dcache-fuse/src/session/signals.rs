@@ -4,7 +4,8 @@
 //! close, finish, and the report is printed. `fusermount3 -u` or `umount`
 //! end the session the same way, but without warning: the kernel never
 //! sends forgets at unmount, so what it still caches then is reported as
-//! referenced. SIGUSR1 prunes and prints the count without unmounting. A
+//! referenced. SIGUSR1 prunes and prints the count and the mount's resource use
+//! ([`crate::usage`]) without unmounting. A
 //! second SIGINT/SIGTERM/SIGHUP exits at once.
 
 use super::mountpoint::OwnMount;
@@ -47,6 +48,7 @@ pub fn spawn_waiter(set: Blocked, own: OwnMount, pruner: Pruner) -> Result<(), S
                 }
                 if sig == libc::SIGUSR1 {
                     eprintln!("dcache: pruned, {}", pruner.prune());
+                    eprintln!("dcache: usage: {}", pruner.usage());
                     continue;
                 }
                 if !first {

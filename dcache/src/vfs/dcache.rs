@@ -381,6 +381,23 @@ unsafe fn retire_dentry(sb: &Super, d: *mut Dentry) {
     };
 }
 
+/// Run a backend call that may open host descriptors (a lookup, a create,
+/// an open). If the process is out of them (EMFILE, ENFILE), free every
+/// unused dentry, so that the backend inodes only they kept are forgotten
+/// and drop what they hold, and run it once more: running out is never
+/// sticky while the cache holds what nobody uses.
+pub(crate) fn fd_retry<T>(sb: &Super, mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
+    match f() {
+        Err(e) if e == crate::Errno::EMFILE || e == crate::Errno::ENFILE => {
+            sb.counters.fd_sheds.fetch_add(1, StdOrdering::Relaxed);
+            let unused = sb.counters.unused.load(StdOrdering::Relaxed);
+            shrink(sb, unused, false);
+            f()
+        }
+        r => r,
+    }
+}
+
 /// Free up to `n` unused dentries, negative first. With `only_over`, stop
 /// once the counts are back under their caps.
 pub(crate) fn shrink(sb: &Super, n: usize, only_over: bool) -> usize {

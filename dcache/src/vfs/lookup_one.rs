@@ -95,7 +95,7 @@ impl Vfs {
         sb.counters
             .backend_lookups
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let attr = sb.fs.lookup(dir.ino, name)?;
+        let attr = super::dcache::fd_retry(sb, || sb.fs.lookup(dir.ino, name))?;
         // SAFETY: `parent` is our reference on a directory of this Vfs.
         let d = unsafe { d_alloc_hashed(sb, parent.as_ptr(), name, attr.as_ref(), cookie) };
         let d = NonNull::new(d).ok_or(Errno::ENOMEM)?;

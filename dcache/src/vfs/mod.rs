@@ -111,6 +111,9 @@ pub struct Counters {
     pub restarts: AtomicUsize,
     /// Backend lookups (cache misses).
     pub backend_lookups: AtomicUsize,
+    /// Backend calls that ran out of descriptors (EMFILE/ENFILE) and were
+    /// retried after the unused entries were freed.
+    pub fd_sheds: AtomicUsize,
 }
 
 impl Counters {
@@ -137,6 +140,10 @@ impl Counters {
     /// [`Counters::backend_lookups`](field@Counters::backend_lookups) now.
     pub fn backend_lookups(&self) -> usize {
         self.backend_lookups.load(Ordering::Relaxed)
+    }
+    /// [`Counters::fd_sheds`](field@Counters::fd_sheds) now.
+    pub fn fd_sheds(&self) -> usize {
+        self.fd_sheds.load(Ordering::Relaxed)
     }
     /// [`Counters::ref_walks`](field@Counters::ref_walks) now.
     pub fn ref_walks(&self) -> usize {

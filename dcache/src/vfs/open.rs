@@ -193,7 +193,8 @@ impl Vfs {
         if d.is_negative() {
             may_create(cred, dir.perm())?;
             let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
-            let attr = self.sb().fs.create(dir.ino, name, perm, ctx)?;
+            let sb = self.sb();
+            let attr = super::dcache::fd_retry(sb, || sb.fs.create(dir.ino, name, perm, ctx))?;
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
             return Ok((d, true));
@@ -263,7 +264,8 @@ impl Vfs {
             };
             self.setattr_dentry(d, &set, Ctx::ROOT)?;
         }
-        let fh = self.sb().fs.open(i.ino, flags)?;
+        let sb = self.sb();
+        let fh = super::dcache::fd_retry(sb, || sb.fs.open(i.ino, flags))?;
         let extra = if kill_priv { FMODE_KILL_PRIV } else { 0 };
         let fs = &self.sb().fs;
         // SAFETY: the Super owns `fs` until the Vfs drops, and the file's

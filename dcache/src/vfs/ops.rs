@@ -102,7 +102,7 @@ impl Vfs {
         path: &[u8],
         dir_ok: bool,
         pre: impl FnOnce() -> Result<()>,
-        make: impl FnOnce(&Inode, &[u8]) -> Result<Attr>,
+        mut make: impl FnMut(&Inode, &[u8]) -> Result<Attr>,
     ) -> Result<DentryRef<'v>> {
         let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if name.is_empty() || is_dot_or_dotdot(name) {
@@ -119,7 +119,7 @@ impl Vfs {
         }
         pre()?;
         may_create(cred, dir.perm())?;
-        let attr = make(dir, name)?;
+        let attr = super::dcache::fd_retry(self.sb(), || make(dir, name))?;
         d_instantiate(self.sb(), d.dentry(), &attr);
         self.refresh(dir);
         Ok(d)

@@ -1,5 +1,6 @@
-//! The inode table: host `(st_dev, st_ino)` <-> our `Ino`, each entry holding
-//! the O_PATH fd that names the host object.
+//! The inode table: host `(st_dev, st_ino)` <-> our `Ino`, each entry
+//! anchored to its host object by a file handle or a held O_PATH fd
+//! ([`super::anchor`]).
 //!
 //! **Numbers.** The served directory is [`ROOT_INO`]. Everything else on
 //! the source's own filesystem keeps the host's `st_ino`, so a number is
@@ -18,9 +19,10 @@
 //! code, and the `sync` facade has no reader-writer lock.)
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::anchor::{Anchor, FdCache, HostFd};
 use super::sys::{self, HostKey};
 use crate::errno::{Errno, Result};
 use crate::fs::{FileType, Ino};
@@ -31,10 +33,10 @@ pub const ROOT_INO: Ino = 1;
 
 /// What the backend knows about one host inode.
 pub(crate) struct Inode {
-    fd: OwnedFd,
+    anchor: Anchor,
     pub(crate) key: HostKey,
-    /// Fixed for the inode's life (the held fd pins the host inode, so its
-    /// `(dev, ino)` cannot be reused for an object of another type).
+    /// Fixed for the inode's life (a held fd pins the host inode; a handle
+    /// names one inode generation, ESTALE once it is gone).
     pub(crate) kind: FileType,
     /// How many replies handed this inode out (lookup, create, link...).
     nlookup: AtomicU64,
@@ -45,10 +47,6 @@ pub(crate) struct Inode {
 }
 
 impl Inode {
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
     /// Remember the times of an `Attr` being handed out.
     pub(crate) fn record_times(&self, st: &libc::stat) {
         let (c, m) = sys::change_times(st);
@@ -86,16 +84,42 @@ pub(crate) struct InodeTable {
     /// Numbers of host inodes not on the source's filesystem (module docs).
     foreign: Mutex<HashMap<HostKey, Ino>>,
     next_foreign: AtomicU64,
+    /// Descriptors opened from handles.
+    cache: FdCache,
+}
+
+/// Whether two entries with one host key name the same object: always when
+/// either holds its descriptor (it pins the host inode), else when their
+/// handles are equal.
+fn same_object(a: &Inode, b: &Inode) -> bool {
+    match (a.anchor.file_handle(), b.anchor.file_handle()) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
 }
 
 /// The first number given to a host inode from another filesystem.
 pub(crate) const FOREIGN_BASE: Ino = 1 << 63;
 
 impl InodeTable {
-    pub(crate) fn new(root_fd: OwnedFd, root_st: &libc::stat) -> Result<InodeTable> {
+    /// The table of a source whose root is `root_fd`. `handles`: anchor
+    /// inodes by file handles where the host allows it, keeping at most
+    /// `max_fds` descriptors opened from them.
+    pub(crate) fn new(
+        root_fd: OwnedFd,
+        root_st: &libc::stat,
+        handles: bool,
+        max_fds: usize,
+    ) -> Result<InodeTable> {
         let root_key = sys::host_key(root_st);
+        let mount = if handles {
+            FdCache::probe(std::os::fd::AsFd::as_fd(&root_fd))
+        } else {
+            None
+        };
+        // The root keeps its descriptor: every walk starts there.
         let root = Inode {
-            fd: root_fd,
+            anchor: Anchor::Held(root_fd),
             key: root_key,
             kind: sys::kind_of(root_st)?,
             nlookup: AtomicU64::new(1),
@@ -114,7 +138,45 @@ impl InodeTable {
             root_key,
             foreign: Mutex::new(HashMap::new()),
             next_foreign: AtomicU64::new(FOREIGN_BASE),
+            cache: FdCache::new(mount, max_fds),
         })
+    }
+
+    /// A descriptor of `inode`'s host object for one operation.
+    pub(crate) fn fd<'a>(&self, inode: &'a Inode) -> Result<HostFd<'a>> {
+        self.cache.fd(&inode.anchor)
+    }
+
+    /// Run `f`, which opens a descriptor; if the process is out of them,
+    /// close every cached one and run it once more.
+    pub(crate) fn retry_fds<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        match f() {
+            Err(e) if super::anchor::out_of_fds(e) => {
+                self.cache.shed(usize::MAX);
+                f()
+            }
+            r => r,
+        }
+    }
+
+    /// The descriptor cache (statistics, shedding).
+    pub(crate) fn fd_cache(&self) -> &FdCache {
+        &self.cache
+    }
+
+    /// Whether `inode` holds its descriptor for its whole life.
+    fn holds_fd(inode: &Inode) -> bool {
+        inode.anchor.file_handle().is_none()
+    }
+
+    /// How many inodes hold a descriptor for their whole life (the root
+    /// included).
+    pub(crate) fn held_fds(&self) -> usize {
+        self.read()
+            .by_ino
+            .values()
+            .filter(|i| Self::holds_fd(i))
+            .count()
     }
 
     /// Our number for host inode `key`, held or not (module docs).
@@ -148,19 +210,27 @@ impl InodeTable {
         self.read().by_ino.get(&ino).cloned().ok_or(Errno::ESTALE)
     }
 
-    /// The held entry for a host inode, counting one lookup, if there is one.
+    /// The entry for a host inode, counting one lookup, if there is one
+    /// that is surely that object: one holding its descriptor (which pins
+    /// the host inode, so its `(dev, ino)` cannot have been reused). An
+    /// entry anchored by a handle is not trusted on the key alone (the host
+    /// may have reused the number for a new file): [`Self::register`]
+    /// compares handles.
     pub(crate) fn hit(&self, key: HostKey) -> Option<(Ino, Arc<Inode>)> {
         let maps = self.read();
         let ino = *maps.by_key.get(&key)?;
-        let inode = maps.by_ino.get(&ino)?.clone();
+        let inode = maps.by_ino.get(&ino)?;
+        if !Self::holds_fd(inode) {
+            return None;
+        }
         inode.add_lookup();
-        Some((ino, inode))
+        Some((ino, inode.clone()))
     }
 
     /// Hand out the host object `fd` (whose stat is `st`): the existing
     /// number if the host inode is already known (a hard link or a repeated
-    /// lookup; `fd` is then closed), else a fresh one holding `fd`. Counts
-    /// one lookup either way.
+    /// lookup; `fd` is then closed), else a fresh one anchored by `fd` (or
+    /// its handle). Counts one lookup either way.
     pub(crate) fn register(&self, fd: OwnedFd, st: &libc::stat) -> Result<(Ino, Arc<Inode>)> {
         let key = sys::host_key(st);
         if let Some(found) = self.hit(key) {
@@ -169,29 +239,37 @@ impl InodeTable {
         }
         let kind = sys::kind_of(st)?;
         let fresh = Arc::new(Inode {
-            fd,
+            anchor: self.cache.anchor(fd),
             key,
             kind,
             nlookup: AtomicU64::new(1),
             ctime_ns: AtomicU64::new(0),
             mtime_ns: AtomicU64::new(0),
         });
-        let candidate = self.number(key);
+        let mut candidate = self.number(key);
         let raced = {
             let mut maps = self.write();
-            // Another lookup of the same host inode may have won the race.
-            let winner = maps
+            // Another lookup of the same host inode may have won the race,
+            // or an entry of a deleted object whose number the host reused
+            // may still be mapped: handles tell the two apart.
+            let known = maps
                 .by_key
                 .get(&key)
                 .and_then(|ino| maps.by_ino.get(ino).map(|i| (*ino, i.clone())));
-            match winner {
-                Some(w) => {
+            match known {
+                Some(w) if same_object(&w.1, &fresh) => {
                     // Counted under the lock, so a forget cannot slip in
                     // between and drop the entry we are handing out.
                     w.1.add_lookup();
                     Err(w)
                 }
-                None => {
+                stale => {
+                    if stale.is_some() || maps.by_ino.contains_key(&candidate) {
+                        // The old entry keeps its number until the Vfs
+                        // forgets it; the new object gets one of its own.
+                        // Relaxed: as in `number`.
+                        candidate = self.next_foreign.fetch_add(1, Ordering::Relaxed);
+                    }
                     maps.by_key.insert(key, candidate);
                     maps.by_ino.insert(candidate, fresh.clone());
                     Ok(())

@@ -52,6 +52,7 @@
 //! caller already applied its own umask. Access checks are the host's, made
 //! with the daemon's credentials.
 
+mod anchor;
 mod handles;
 mod inodes;
 mod readdir;
@@ -74,6 +75,9 @@ use crate::sync::Arc;
 
 pub use self::inodes::ROOT_INO;
 
+/// [`PassthroughOptions::max_fds`] by default.
+pub const DEFAULT_MAX_FDS: usize = 256;
+
 /// Tuning for [`Passthrough`]. More options may come: build one from
 /// `PassthroughOptions::default()` and set the fields you need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,8 +90,15 @@ pub struct PassthroughOptions {
     /// positive entry is rechecked after the shorter of the two TTLs.
     pub attr_ttl: Duration,
     /// Raise the soft open-files limit to the hard one at construction
-    /// (every held inode is one descriptor).
+    /// (inodes that cannot be anchored by a file handle hold a descriptor).
     pub raise_fd_limit: bool,
+    /// Anchor inodes by file handles where the host allows it (the daemon
+    /// has `CAP_DAC_READ_SEARCH` and the filesystem exports handles), so
+    /// that cached inodes hold no descriptor.
+    pub file_handles: bool,
+    /// The most descriptors kept open for handle-anchored inodes (a CLOCK
+    /// cache; open files come on top).
+    pub max_fds: usize,
 }
 
 impl Default for PassthroughOptions {
@@ -96,8 +107,27 @@ impl Default for PassthroughOptions {
             entry_ttl: Duration::from_secs(1),
             attr_ttl: Duration::from_secs(1),
             raise_fd_limit: true,
+            file_handles: true,
+            max_fds: DEFAULT_MAX_FDS,
         }
     }
+}
+
+/// The descriptors a [`Passthrough`] holds ([`Passthrough::fd_stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FdStats {
+    /// Inodes holding their descriptor for life (the root, and every inode
+    /// when file handles are not used).
+    pub held: usize,
+    /// Descriptors opened from file handles, open now.
+    pub cached: usize,
+    /// The most of those kept open ([`PassthroughOptions::max_fds`]).
+    pub cache_capacity: usize,
+    /// Open files (one descriptor each).
+    pub open_files: usize,
+    /// Whether inodes are anchored by file handles.
+    pub file_handles: bool,
 }
 
 /// A backend serving a host directory. See the module docs.
@@ -132,7 +162,7 @@ impl Passthrough {
         let root = sys::open_root(&path)?;
         let st = sys::stat_fd(root.as_fd())?;
         Ok(Passthrough {
-            inodes: InodeTable::new(root, &st)?,
+            inodes: InodeTable::new(root, &st, opts.file_handles, opts.max_fds)?,
             handles: HandleTable::new(),
             positive_ttl_ns: nanos(opts.entry_ttl.min(opts.attr_ttl)),
             negative_ttl_ns: nanos(opts.entry_ttl),
@@ -146,9 +176,21 @@ impl Passthrough {
         self.opts
     }
 
-    /// How many inodes are held (each holds one descriptor), the root included.
+    /// How many inodes are held, the root included.
     pub fn inode_count(&self) -> usize {
         self.inodes.len()
+    }
+
+    /// The descriptors this backend holds now.
+    pub fn fd_stats(&self) -> FdStats {
+        let cache = self.inodes.fd_cache();
+        FdStats {
+            held: self.inodes.held_fds(),
+            cached: cache.open_count(),
+            cache_capacity: cache.capacity(),
+            open_files: self.handles.len(),
+            file_handles: cache.uses_handles(),
+        }
     }
 
     /// How many file handles are open.
@@ -170,7 +212,7 @@ impl Passthrough {
     }
 
     fn stat_attr(&self, ino: Ino, inode: &Inode) -> Result<Attr> {
-        let st = sys::stat_fd(inode.fd())?;
+        let st = sys::stat_fd(self.inodes.fd(inode)?.as_fd())?;
         self.attr(ino, inode, &st)
     }
 
@@ -179,11 +221,13 @@ impl Passthrough {
         // A name whose host inode is already held needs no new fd: one
         // fstatat instead of openat + fstat + close. The held fd pins the
         // host inode, so a matching (dev, ino) is that very object.
-        let st = sys::stat_at(dir.fd(), name)?;
+        let st = sys::stat_at(self.inodes.fd(dir)?.as_fd(), name)?;
         if let Some((ino, inode)) = self.inodes.hit(sys::host_key(&st)) {
             return self.attr(ino, &inode, &st);
         }
-        let fd = sys::open_path(dir.fd(), name)?;
+        let fd = self
+            .inodes
+            .retry_fds(|| sys::open_path(self.inodes.fd(dir)?.as_fd(), name))?;
         let st = sys::stat_fd(fd.as_fd())?;
         let (ino, inode) = self.inodes.register(fd, &st)?;
         self.attr(ino, &inode, &st)
@@ -201,13 +245,15 @@ impl Passthrough {
         ctx: Ctx,
         rmflag: i32,
     ) -> Result<Attr> {
-        let fd = sys::open_path(dir.fd(), name)?;
+        let fd = self
+            .inodes
+            .retry_fds(|| sys::open_path(self.inodes.fd(dir)?.as_fd(), name))?;
         let adjust = || -> Result<libc::stat> {
             let bfd = fd.as_fd();
             let mut st = sys::stat_fd(bfd)?;
             if self.daemon_is_root && (st.st_uid != ctx.uid || st.st_gid != ctx.gid) {
-                let parent_sgid =
-                    st.st_gid != ctx.gid && sys::stat_fd(dir.fd())?.st_mode & libc::S_ISGID != 0;
+                let parent_sgid = st.st_gid != ctx.gid
+                    && sys::stat_fd(self.inodes.fd(dir)?.as_fd())?.st_mode & libc::S_ISGID != 0;
                 let gid = if parent_sgid { u32::MAX } else { ctx.gid };
                 let special = st.st_mode & 0o7000;
                 sys::chown_fd(bfd, ctx.uid, gid)?;
@@ -232,7 +278,9 @@ impl Passthrough {
         let st = match adjust() {
             Ok(st) => st,
             Err(e) => {
-                let _ = sys::unlink_at(dir.fd(), name, rmflag);
+                if let Ok(dfd) = self.inodes.fd(dir) {
+                    let _ = sys::unlink_at(dfd.as_fd(), name, rmflag);
+                }
                 return Err(e);
             }
         };
@@ -249,7 +297,10 @@ impl Passthrough {
         let Ok((dir, name)) = self.dir_and_name(dir, name) else {
             return Validity::Invalid;
         };
-        let found = sys::stat_at(dir.fd(), &name);
+        let found = self
+            .inodes
+            .fd(&dir)
+            .and_then(|fd| sys::stat_at(fd.as_fd(), &name));
         let valid = match (ino, found) {
             (None, Err(Errno::ENOENT)) => true,
             (None, _) => false,
@@ -303,20 +354,22 @@ impl FileSystem for Passthrough {
         // the size (which moves mtime), explicit times last.
         if set.uid.is_some() || set.gid.is_some() {
             sys::chown_fd(
-                inode.fd(),
+                self.inodes.fd(&inode)?.as_fd(),
                 set.uid.unwrap_or(u32::MAX),
                 set.gid.unwrap_or(u32::MAX),
             )?;
         }
         if let Some(perm) = set.perm {
-            sys::chmod_fd(inode.fd(), u32::from(perm) & 0o7777)?;
+            sys::chmod_fd(self.inodes.fd(&inode)?.as_fd(), u32::from(perm) & 0o7777)?;
         }
         if let Some(size) = set.size {
-            let wfd = sys::reopen(inode.fd(), libc::O_WRONLY)?;
+            let wfd = self
+                .inodes
+                .retry_fds(|| sys::reopen(self.inodes.fd(&inode)?.as_fd(), libc::O_WRONLY))?;
             sys::ftruncate(wfd.as_fd(), size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            sys::utimens_fd(inode.fd(), set.atime, set.mtime)?;
+            sys::utimens_fd(self.inodes.fd(&inode)?.as_fd(), set.atime, set.mtime)?;
         }
         self.stat_attr(ino, &inode)
     }
@@ -343,24 +396,33 @@ impl FileSystem for Passthrough {
         let mode = kind.mode_bits() | (u32::from(perm) & 0o7777);
         // Directories and symlinks are the host's to refuse (EPERM/EINVAL),
         // as mknod(2) would.
-        sys::mknod_at(dir.fd(), &name, mode, sys::decode_rdev(rdev))?;
+        sys::mknod_at(
+            self.inodes.fd(&dir)?.as_fd(),
+            &name,
+            mode,
+            sys::decode_rdev(rdev),
+        )?;
         self.finish_create(&dir, &name, Some(perm), ctx, 0)
     }
 
     fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, ctx: Ctx) -> Result<Attr> {
         let (dir, name) = self.dir_and_name(dir, name)?;
-        sys::mkdir_at(dir.fd(), &name, u32::from(perm) & 0o7777)?;
+        sys::mkdir_at(
+            self.inodes.fd(&dir)?.as_fd(),
+            &name,
+            u32::from(perm) & 0o7777,
+        )?;
         self.finish_create(&dir, &name, Some(perm), ctx, libc::AT_REMOVEDIR)
     }
 
     fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
         let (dir, name) = self.dir_and_name(dir, name)?;
-        sys::unlink_at(dir.fd(), &name, 0)
+        sys::unlink_at(self.inodes.fd(&dir)?.as_fd(), &name, 0)
     }
 
     fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
         let (dir, name) = self.dir_and_name(dir, name)?;
-        sys::unlink_at(dir.fd(), &name, libc::AT_REMOVEDIR)
+        sys::unlink_at(self.inodes.fd(&dir)?.as_fd(), &name, libc::AT_REMOVEDIR)
     }
 
     fn rename(
@@ -380,13 +442,19 @@ impl FileSystem for Passthrough {
         if flags.exchange {
             bits |= libc::RENAME_EXCHANGE;
         }
-        sys::rename_at2(olddir.fd(), &oldname, newdir.fd(), &newname, bits)
+        sys::rename_at2(
+            self.inodes.fd(&olddir)?.as_fd(),
+            &oldname,
+            self.inodes.fd(&newdir)?.as_fd(),
+            &newname,
+            bits,
+        )
     }
 
     fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> Result<Attr> {
         let (dir, name) = self.dir_and_name(dir, name)?;
         let target = sys::c_path(target)?;
-        sys::symlink_at(&target, dir.fd(), &name)?;
+        sys::symlink_at(&target, self.inodes.fd(&dir)?.as_fd(), &name)?;
         self.finish_create(&dir, &name, None, ctx, 0)
     }
 
@@ -397,13 +465,17 @@ impl FileSystem for Passthrough {
             // path would say ENOENT instead.
             return Err(Errno::EINVAL);
         }
-        sys::readlink_fd(inode.fd())
+        sys::readlink_fd(self.inodes.fd(&inode)?.as_fd())
     }
 
     fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
         let (newdir, newname) = self.dir_and_name(newdir, newname)?;
         let inode = self.inodes.get(ino)?;
-        sys::link_fd(inode.fd(), newdir.fd(), &newname)?;
+        sys::link_fd(
+            self.inodes.fd(&inode)?.as_fd(),
+            self.inodes.fd(&newdir)?.as_fd(),
+            &newname,
+        )?;
         self.inodes.add_lookup(&inode);
         self.stat_attr(ino, &inode)
     }
@@ -416,7 +488,9 @@ impl FileSystem for Passthrough {
         }
         // The object exists already; O_NOFOLLOW would stop the magic link.
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW);
-        let fd = sys::reopen(inode.fd(), flags)?;
+        let fd = self
+            .inodes
+            .retry_fds(|| sys::reopen(self.inodes.fd(&inode)?.as_fd(), flags))?;
         Ok(self.handles.insert(ino, fd))
     }
 
@@ -446,7 +520,7 @@ impl FileSystem for Passthrough {
 
     fn statfs(&self) -> Result<StatFs> {
         let root = self.inodes.get(ROOT_INO)?;
-        let st = sys::statvfs_fd(root.fd())?;
+        let st = sys::statvfs_fd(self.inodes.fd(&root)?.as_fd())?;
         Ok(StatFs {
             blocks: st.f_blocks,
             bfree: st.f_bfree,

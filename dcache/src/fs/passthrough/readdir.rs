@@ -87,7 +87,7 @@ pub(crate) fn read_dir(
     offset: u64,
     emit: &mut dyn FnMut(DirEntry) -> bool,
 ) -> Result<()> {
-    let dfd = sys::open_dir(dir.fd())?;
+    let dfd = table.retry_fds(|| sys::open_dir(table.fd(dir)?.as_fd()))?;
     if offset > DOTDOT_OFFSET {
         // Undo the bias; `as` restores a negative host cookie bit for bit.
         sys::lseek_set(dfd.as_fd(), (offset - HOST_BIAS) as i64)?;
@@ -112,7 +112,7 @@ pub(crate) fn read_dir(
         let parent = if dir_ino == ROOT_INO {
             ROOT_INO
         } else {
-            let st = sys::stat_parent(dir.fd())?;
+            let st = sys::stat_parent(table.fd(dir)?.as_fd())?;
             display_ino(table, st.st_dev, st.st_ino)
         };
         let dotdot = DirEntry {
