@@ -215,6 +215,33 @@ pub fn copy_out(value: &[u8], buf: &mut [u8]) -> Result<usize> {
     Ok(value.len())
 }
 
+/// If the POSIX ACL xattr `value` (version 2: a 4-byte header, then
+/// 8-byte entries of tag, permissions and id, little-endian) says no more
+/// than permission bits can (only the owner, group and other entries),
+/// those bits (`0o777` part of a mode); `None` for an ACL with named users
+/// or groups or a mask, or a value that is not a well-formed ACL. Linux
+/// stores no such minimal access ACL: it sets the mode instead
+/// (`posix_acl_equiv_mode`), which is what the Vfs does with one.
+pub fn acl_equiv_mode(value: &[u8]) -> Option<u16> {
+    const VERSION: u32 = 2;
+    let (head, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*head) != VERSION || entries.is_empty() || entries.len() % 8 != 0 {
+        return None;
+    }
+    let mut perm = 0u16;
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let bits = u16::from_le_bytes([e[2], e[3]]) & 0o7;
+        match tag {
+            0x01 => perm |= bits << 6,
+            0x04 => perm |= bits << 3,
+            0x20 => perm |= bits,
+            _ => return None,
+        }
+    }
+    Some(perm)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +339,32 @@ mod tests {
         assert_eq!(&buf[..3], b"xyz");
         assert_eq!(copy_out(b"xyz", &mut []), Ok(3));
         assert_eq!(copy_out(b"xyzzy", &mut buf), Err(Errno::ERANGE));
+    }
+
+    #[test]
+    fn minimal_acls_are_modes() {
+        let acl = |entries: &[(u16, u16)]| {
+            let mut v = 2u32.to_le_bytes().to_vec();
+            for &(tag, perm) in entries {
+                v.extend_from_slice(&tag.to_le_bytes());
+                v.extend_from_slice(&perm.to_le_bytes());
+                v.extend_from_slice(&u32::MAX.to_le_bytes());
+            }
+            v
+        };
+        assert_eq!(
+            acl_equiv_mode(&acl(&[(1, 7), (4, 5), (0x20, 4)])),
+            Some(0o754)
+        );
+        assert_eq!(
+            acl_equiv_mode(&acl(&[(1, 7), (2, 5), (4, 5), (0x20, 4)])),
+            None
+        );
+        assert_eq!(
+            acl_equiv_mode(&acl(&[(1, 7), (4, 5), (0x10, 5), (0x20, 4)])),
+            None
+        );
+        assert_eq!(acl_equiv_mode(b"xxxx"), None);
+        assert_eq!(acl_equiv_mode(&acl(&[])), None);
     }
 }

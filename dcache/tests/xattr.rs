@@ -241,39 +241,77 @@ fn directories_symlinks_and_special_files() {
     }
 }
 
+/// A version-2 POSIX ACL xattr value of (tag, permissions, id) entries.
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
 #[test]
 fn posix_acl_names_are_stored_not_enforced() {
-    // A valid ACL: user::rw-, group::r--, other::r-- (version 2).
-    let mut acl = 2u32.to_le_bytes().to_vec();
-    for (tag, perm) in [(1u16, 6u16), (4, 4), (0x20, 4)] {
-        acl.extend_from_slice(&tag.to_le_bytes());
-        acl.extend_from_slice(&perm.to_le_bytes());
-        acl.extend_from_slice(&u32::MAX.to_le_bytes());
-    }
+    // user::rw-, user:1002:r--, group::r--, mask::r--, other::---
+    let ext = acl(&[
+        (1, 6, 0),
+        (2, 4, 1002),
+        (4, 4, 0),
+        (0x10, 4, 0),
+        (0x20, 0, 0),
+    ]);
     let vfs = Vfs::new(Arc::new(MemFs::with_root(0o755, 0, 0))).unwrap();
     let r = vfs.as_root();
     r.create(At::Root, "f", 0o644).unwrap();
-    r.setxattr(At::Root, "f", b"system.posix_acl_access", &acl, 0)
+    r.mkdir(At::Root, "d", 0o755).unwrap();
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", &ext, 0)
+        .unwrap();
+    r.setxattr(At::Root, "d", b"system.posix_acl_default", &ext, 0)
         .unwrap();
     assert_eq!(
         r.getxattr(At::Root, "f", b"system.posix_acl_access")
             .unwrap(),
-        acl
+        ext
     );
+    assert_eq!(
+        r.getxattr(At::Root, "d", b"system.posix_acl_default")
+            .unwrap(),
+        ext
+    );
+    // Stored, not enforced: the mode is untouched.
+    assert_eq!(r.stat(At::Root, "f").unwrap().perm, 0o644);
     let bob = Cred::user(1001, 1001, &[]);
     let b = vfs.as_cred(&bob);
     // Anyone reads it; only the owner or CAP_FOWNER changes it.
     assert_eq!(
         b.getxattr(At::Root, "f", b"system.posix_acl_access")
             .unwrap(),
-        acl
+        ext
     );
-    let err = b.setxattr(At::Root, "f", b"system.posix_acl_access", &acl, 0);
+    let err = b.setxattr(At::Root, "f", b"system.posix_acl_access", &ext, 0);
     assert_eq!(err.unwrap_err(), Errno::EPERM);
     let fowner = Cred::user(1001, 1001, &[]).with_caps(Caps::FOWNER);
     vfs.as_cred(&fowner)
         .removexattr(At::Root, "f", b"system.posix_acl_access")
         .unwrap();
+    // A minimal ACL is a chmod, as on Linux: no attribute is stored.
+    let minimal = acl(&[(1, 7, 0), (4, 5, 0), (0x20, 0, 0)]);
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", &ext, 0)
+        .unwrap();
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", &minimal, 0)
+        .unwrap();
+    assert_eq!(r.stat(At::Root, "f").unwrap().perm, 0o750);
+    assert!(r.listxattr(At::Root, "f").unwrap().is_empty());
+    // An empty one removes the ACL, present or not.
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", &ext, 0)
+        .unwrap();
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", b"", 0)
+        .unwrap();
+    r.setxattr(At::Root, "f", b"system.posix_acl_access", b"", 0)
+        .unwrap();
+    assert!(r.listxattr(At::Root, "f").unwrap().is_empty());
 }
 
 #[test]
