@@ -25,7 +25,7 @@ use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
 use super::stats::Stats;
 
 mod xattr;
-pub use self::xattr::{xattr_caps, XattrReply};
+pub use self::xattr::{xattr_caps, xattr_cred, XattrReply};
 
 /// A node for an entry reply: its id and attributes (`attr.ino == id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

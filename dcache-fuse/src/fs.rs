@@ -24,7 +24,7 @@ use dcache::Invalidation;
 use dcache::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
-use super::core::{xattr_caps, Entry, FuseCore, XattrReply};
+use super::core::{xattr_cred, Entry, FuseCore, XattrReply};
 use super::handles::Fh;
 use super::nodes::NodeId;
 use super::options::Timeouts;
@@ -712,12 +712,7 @@ impl Filesystem for DcacheFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.touch();
-        let cred = Cred::of_task(
-            req.uid(),
-            req.gid(),
-            req.pid(),
-            xattr_caps(req.uid(), self.cfg.check_permissions),
-        );
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
         match self.core.getxattr(&cred, node(ino), name.as_bytes(), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -727,12 +722,7 @@ impl Filesystem for DcacheFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.touch();
-        let cred = Cred::of_task(
-            req.uid(),
-            req.gid(),
-            req.pid(),
-            xattr_caps(req.uid(), self.cfg.check_permissions),
-        );
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
         match self.core.listxattr(&cred, node(ino), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -751,12 +741,7 @@ impl Filesystem for DcacheFs {
         reply: ReplyEmpty,
     ) {
         self.touch();
-        let cred = Cred::of_task(
-            req.uid(),
-            req.gid(),
-            req.pid(),
-            xattr_caps(req.uid(), self.cfg.check_permissions),
-        );
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
         let r = self
             .core
             .setxattr(&cred, node(ino), name.as_bytes(), value, flags);
@@ -765,12 +750,7 @@ impl Filesystem for DcacheFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.touch();
-        let cred = Cred::of_task(
-            req.uid(),
-            req.gid(),
-            req.pid(),
-            xattr_caps(req.uid(), self.cfg.check_permissions),
-        );
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
         let r = self.core.removexattr(&cred, node(ino), name.as_bytes());
         Self::reply_empty(reply, r);
     }

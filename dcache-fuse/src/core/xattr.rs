@@ -39,6 +39,12 @@ pub fn xattr_caps(uid: u32, check_permissions: bool) -> Caps {
     }
 }
 
+/// The credential of an attribute request from `uid`, `gid`, task `pid`
+/// (see [`xattr_caps`]).
+pub fn xattr_cred(uid: u32, gid: u32, pid: u32, check_permissions: bool) -> Cred {
+    Cred::of_task(uid, gid, pid, xattr_caps(uid, check_permissions))
+}
+
 fn sized(data: Vec<u8>, size: u32) -> Result<XattrReply> {
     match xattr::fit(&data, size as usize)? {
         // A value is at most 64 KiB and a list is capped the same way.
