@@ -24,6 +24,9 @@ use super::handles::{Fh, Handles};
 use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
 use super::stats::Stats;
 
+mod xattr;
+pub use self::xattr::{xattr_caps, xattr_cred, XattrReply};
+
 /// A node for an entry reply: its id and attributes (`attr.ino == id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {

@@ -14,7 +14,7 @@ use fuser::{
     AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow, WriteFlags,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use dcache::cred::{Caps, Cred};
@@ -24,7 +24,7 @@ use dcache::Invalidation;
 use dcache::Vfs;
 
 use super::attr::{file_attr, kind, negative, set_attr};
-use super::core::{Entry, FuseCore};
+use super::core::{xattr_cred, Entry, FuseCore, XattrReply};
 use super::handles::Fh;
 use super::nodes::NodeId;
 use super::options::Timeouts;
@@ -705,5 +705,53 @@ impl Filesystem for DcacheFs {
             ),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    // Extended attributes (see `core::xattr`): a size of 0 asks for the
+    // length, a short buffer is ERANGE.
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.touch();
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
+        match self.core.getxattr(&cred, node(ino), name.as_bytes(), size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.touch();
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
+        match self.core.listxattr(&cred, node(ino), size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.touch();
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
+        let r = self
+            .core
+            .setxattr(&cred, node(ino), name.as_bytes(), value, flags);
+        Self::reply_empty(reply, r);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.touch();
+        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
+        let r = self.core.removexattr(&cred, node(ino), name.as_bytes());
+        Self::reply_empty(reply, r);
     }
 }

@@ -28,10 +28,13 @@ impl Caps {
     pub const FOWNER: Caps = Caps(1 << 3);
     /// Keep S_ISUID/S_ISGID where a change would clear them.
     pub const FSETID: Caps = Caps(1 << 4);
+    /// Read and write `trusted.*` extended attributes, write `security.*`
+    /// ones (the part of CAP_SYS_ADMIN a filesystem looks at).
+    pub const SYS_ADMIN: Caps = Caps(1 << 21);
     /// No capabilities.
     pub const NONE: Caps = Caps(0);
     /// Every capability above.
-    pub const ALL: Caps = Caps(0b1_1111);
+    pub const ALL: Caps = Caps(0b1_1111 | 1 << 21);
 
     /// True if every capability in `c` is in `self`.
     pub const fn contains(self, c: Caps) -> bool {
@@ -41,6 +44,11 @@ impl Caps {
     /// The capabilities in either set.
     pub const fn union(self, c: Caps) -> Caps {
         Caps(self.0 | c.0)
+    }
+
+    /// The capabilities of `self` that are not in `c`.
+    pub const fn without(self, c: Caps) -> Caps {
+        Caps(self.0 & !c.0)
     }
 
     /// From a Linux capability mask (the low word of `CapEff`).
@@ -285,6 +293,13 @@ mod tests {
         assert!(!c.in_group(0) && !c.in_group(25));
         assert!(!c.has(Caps::DAC_OVERRIDE));
         assert!(Cred::root().has(Caps::FOWNER.union(Caps::CHOWN)));
+        assert!(Cred::root().has(Caps::SYS_ADMIN));
+        assert!(!Caps::ALL.without(Caps::SYS_ADMIN).contains(Caps::SYS_ADMIN));
+        // CAP_SYS_ADMIN is bit 21 of a Linux mask, CAP_FOWNER bit 3.
+        assert_eq!(
+            Caps::from_linux(1 << 21 | 1 << 3 | 1 << 40),
+            Caps::SYS_ADMIN.union(Caps::FOWNER)
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ errnos! {
     EPERM => "Operation not permitted",
     ENOENT => "No such file or directory",
     EIO => "Input/output error",
+    E2BIG => "Argument list too long",
     EBADF => "Bad file descriptor",
     EAGAIN => "Resource temporarily unavailable",
     ENOMEM => "Cannot allocate memory",
@@ -59,6 +60,10 @@ errnos! {
 }
 
 impl Errno {
+    /// `EOPNOTSUPP`: the same number as [`Errno::ENOTSUP`] on Linux (what
+    /// an unsupported extended attribute namespace answers).
+    pub const EOPNOTSUPP: Errno = Errno::ENOTSUP;
+
     /// The errno of an `std::io::Error`, EIO when it carries none.
     pub fn from_io(e: &std::io::Error) -> Errno {
         Errno(e.raw_os_error().unwrap_or(libc::EIO))

@@ -57,6 +57,7 @@ pub(crate) mod slab;
 pub(crate) mod sync;
 mod table;
 pub mod vfs;
+pub mod xattr;
 
 // loom models of the crate-private primitives (run with
 // `RUSTFLAGS="--cfg loom" cargo test --release -p dcache --lib loom_`).

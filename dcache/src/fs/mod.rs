@@ -547,4 +547,38 @@ pub trait FileSystem: Send + Sync + 'static {
     ) -> Validity {
         Validity::Valid
     }
+
+    // Extended attributes. The Vfs has checked the name (1 to 255 bytes, a
+    // namespace of `crate::xattr::resolve`), the flags, the value's size
+    // (at most `XATTR_SIZE_MAX`) and the caller's permission; a backend
+    // answers with the stored truth and Linux's errnos. Without support,
+    // each answers EOPNOTSUPP.
+
+    /// The value of attribute `name` of `ino`, written into `value`
+    /// (cleared first); ENODATA if it has none. Size probes and a caller's
+    /// short buffer (ERANGE) are the Vfs's and the frontend's
+    /// ([`crate::xattr::fit`]).
+    fn getxattr(&self, _ino: Ino, _name: &[u8], _value: &mut Vec<u8>) -> Result<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Set attribute `name` of `ino` to `value`. `flags`: `XATTR_CREATE`
+    /// (EEXIST if it exists), `XATTR_REPLACE` (ENODATA if it does not), or
+    /// 0. Changes the inode's ctime.
+    fn setxattr(&self, _ino: Ino, _name: &[u8], _value: &[u8], _flags: i32) -> Result<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// The names of `ino`'s attributes, each followed by a NUL, written
+    /// into `list` (cleared first). All of them: the Vfs hides what the
+    /// caller may not see.
+    fn listxattr(&self, _ino: Ino, _list: &mut Vec<u8>) -> Result<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Remove attribute `name` of `ino` (ENODATA if it has none). Changes
+    /// the inode's ctime.
+    fn removexattr(&self, _ino: Ino, _name: &[u8]) -> Result<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
 }

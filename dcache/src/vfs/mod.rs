@@ -6,7 +6,7 @@
 //! references; `path`, the path lexer; `dcache`, dentry lifetime — allocation, `dput`, kill,
 //! LRU, shrinking; `icache`, the inodes dentries share; `ops` and `open`, the namespace operations and open
 //! files; `as_cred`, the permission-checked [`AsCred`] handle; `section`,
-//! [`ReadSection`].
+//! [`ReadSection`]; `xattr`, extended attributes.
 //!
 //! Lock order (outermost first): the rename mutex, directory `i_rwsem`s (by
 //! address), a dentry's `d_lock` (its LockRef's lock), a hash bucket's bit
@@ -28,6 +28,7 @@ mod open;
 mod ops;
 mod path;
 mod section;
+mod xattr;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;

@@ -803,4 +803,19 @@ impl FileSystem for KernFs {
             _ => self.revalidate_locked(dir, name, ino, cookie),
         }
     }
+
+    // Extended attributes: none are stored, so a read finds none and a
+    // listing is empty; setxattr and removexattr keep the default
+    // EOPNOTSUPP (the tree is read-only to userspace).
+
+    fn getxattr(&self, ino: Ino, _name: &[u8], _value: &mut Vec<u8>) -> Result<()> {
+        self.getattr(ino)?;
+        Err(Errno::ENODATA)
+    }
+
+    fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
+        self.getattr(ino)?;
+        list.clear();
+        Ok(())
+    }
 }

@@ -2,6 +2,7 @@
 
 use super::dir::Dir;
 use super::file::{FileData, PAGE};
+use super::xattr::Xattrs;
 use crate::fs::{Attr, FileType, Ino, Timespec};
 
 /// tmpfs reports a directory's size as this many bytes per entry, counting
@@ -36,6 +37,8 @@ pub struct Inode {
     pub ctime: Timespec,
     /// Open file handles; the inode outlives its last name while one is open.
     pub opens: u32,
+    /// Extended attributes (tmpfs keeps them in memory the same way).
+    pub xattrs: Xattrs,
     pub body: Body,
 }
 

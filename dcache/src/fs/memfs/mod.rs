@@ -25,6 +25,8 @@
 //! - **Permissions** are stored, not enforced: memfs is meant to be mounted
 //!   with the kernel checking modes (FUSE `default_permissions`). A write
 //!   does not clear set-user-ID bits; a chown does, as on Linux.
+//! - **Extended attributes** are kept per inode in name order (`xattr.rs`);
+//!   the Vfs checks names, sizes and permissions first.
 //! - **Space.** `Limits` caps bytes and inodes (default: half of RAM, the
 //!   tmpfs default); past them writes and creates fail with ENOSPC.
 
@@ -34,6 +36,7 @@ mod file;
 mod inode;
 mod rename;
 mod tree;
+mod xattr;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -378,4 +381,20 @@ impl FileSystem for MemFs {
     /// Nothing to drop: inodes live by their names and open handles, not
     /// by dcache references (see the module docs).
     fn forget(&self, _ino: Ino, _nlookup: u64) {}
+
+    fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
+        self.read_lock().getxattr(ino, name, value)
+    }
+
+    fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        self.write_lock().setxattr(ino, name, value, flags)
+    }
+
+    fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
+        self.read_lock().listxattr(ino, list)
+    }
+
+    fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.write_lock().removexattr(ino, name)
+    }
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::dir::Dir;
 use super::file::{FileData, MAX_FILE_SIZE, PAGE};
 use super::inode::{Body, Inode};
+use super::xattr::Xattrs;
 use super::Limits;
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, Ino, SetAttr, SetTime, StatFs, Timespec};
@@ -86,6 +87,7 @@ impl Tree {
             mtime: now,
             ctime: now,
             opens: 0,
+            xattrs: Xattrs::default(),
             body: Body::Dir(Dir::new(ROOT)),
         };
         Tree {
@@ -200,6 +202,7 @@ impl Tree {
             mtime: now,
             ctime: now,
             opens: 0,
+            xattrs: Xattrs::default(),
             body,
         };
         let attr = inode.attr(ino);

@@ -43,6 +43,11 @@
 //! Host cookies (`d_off`), offset past the trait's `.` = 1 and `..` = 2; see
 //! the `readdir` module for the scheme and for the inode numbers reported.
 //!
+//! # Extended attributes
+//! Read and changed on the held object through its `/proc/self/fd/N` link
+//! with the following `*xattr` calls, symlinks and special files included
+//! (see the `xattr` module for why).
+//!
 //! # Ownership and modes
 //! New objects are created with the daemon's credentials; when it runs as root
 //! they are then given to the caller's uid (and gid, unless the parent is
@@ -57,6 +62,7 @@ mod handles;
 mod inodes;
 mod readdir;
 mod sys;
+mod xattr;
 
 use std::ffi::CString;
 use std::os::fd::AsFd;
@@ -535,6 +541,28 @@ impl FileSystem for Passthrough {
 
     fn forget(&self, ino: Ino, nlookup: u64) {
         self.inodes.forget(ino, nlookup);
+    }
+
+    // Extended attributes, on the held descriptor (see `xattr.rs`).
+
+    fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        xattr::get(inode.fd(), name, value)
+    }
+
+    fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        xattr::set(inode.fd(), name, value, flags)
+    }
+
+    fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        xattr::list(inode.fd(), list)
+    }
+
+    fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        xattr::remove(inode.fd(), name)
     }
 
     fn needs_revalidate(&self) -> bool {

@@ -46,12 +46,12 @@ impl CName {
 /// `/proc/self/fd/N` for one of our fds, NUL-terminated on the stack.
 /// Resolved at each use rather than through a held `/proc/self/fd` directory
 /// fd, so a forked child never reaches its parent's descriptors.
-struct ProcFdPath {
+pub(super) struct ProcFdPath {
     buf: [u8; 32],
 }
 
 impl ProcFdPath {
-    fn new(fd: BorrowedFd<'_>) -> ProcFdPath {
+    pub(super) fn new(fd: BorrowedFd<'_>) -> ProcFdPath {
         use std::io::Write;
         let mut buf = [0u8; 32];
         let mut w = &mut buf[..];
@@ -61,7 +61,7 @@ impl ProcFdPath {
         ProcFdPath { buf }
     }
 
-    fn as_ptr(&self) -> *const libc::c_char {
+    pub(super) fn as_ptr(&self) -> *const libc::c_char {
         self.buf.as_ptr().cast()
     }
 }
