@@ -547,22 +547,22 @@ impl FileSystem for Passthrough {
 
     fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
         let inode = self.inodes.get(ino)?;
-        xattr::get(inode.fd(), name, value)
+        xattr::get(self.inodes.fd(&inode)?.as_fd(), name, value)
     }
 
     fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         let inode = self.inodes.get(ino)?;
-        xattr::set(inode.fd(), name, value, flags)
+        xattr::set(self.inodes.fd(&inode)?.as_fd(), name, value, flags)
     }
 
     fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
         let inode = self.inodes.get(ino)?;
-        xattr::list(inode.fd(), list)
+        xattr::list(self.inodes.fd(&inode)?.as_fd(), list)
     }
 
     fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
         let inode = self.inodes.get(ino)?;
-        xattr::remove(inode.fd(), name)
+        xattr::remove(self.inodes.fd(&inode)?.as_fd(), name)
     }
 
     fn needs_revalidate(&self) -> bool {
