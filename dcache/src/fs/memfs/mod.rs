@@ -31,6 +31,7 @@
 mod check;
 mod dir;
 mod file;
+mod fileops;
 mod inode;
 mod rename;
 mod tree;
@@ -378,4 +379,32 @@ impl FileSystem for MemFs {
     /// Nothing to drop: inodes live by their names and open handles, not
     /// by dcache references (see the module docs).
     fn forget(&self, _ino: Ino, _nlookup: u64) {}
+
+    // File operations beyond read and write: see `fileops.rs`.
+
+    fn fallocate(&self, ino: Ino, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.write_lock().fallocate(ino, fh, mode, offset, len)
+    }
+
+    fn lseek(&self, ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        self.read_lock().lseek(ino, fh, offset, whence)
+    }
+
+    fn copy_file_range(
+        &self,
+        ino_in: Ino,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: Ino,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<usize> {
+        self.write_lock()
+            .copy_range(ino_in, fh_in, off_in, ino_out, fh_out, off_out, len)
+    }
+
+    fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
+        self.write_lock().tmpfile(dir, perm, flags, ctx)
+    }
 }
