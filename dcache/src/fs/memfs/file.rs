@@ -3,11 +3,15 @@
 //! the file) has no page and reads as zeros, so `truncate -s 1T` costs
 //! nothing and `st_blocks` counts only pages that exist.
 //!
-//! A page `fallocate` reserved is kept as an entry with no memory (`None`):
-//! it counts in `st_blocks` and against the space limit, reads as zeros,
-//! and `SEEK_DATA` passes over it, as tmpfs's fallocated pages that were
-//! never written (not yet uptodate). The first write gives it memory.
+//! A page `fallocate` reserved is kept as an entry with no memory
+//! (`Reserved`): it counts in `st_blocks` and against the space limit,
+//! reads as zeros, and `SEEK_DATA` passes over it, as tmpfs's fallocated
+//! folios that were never written (not uptodate). As in tmpfs, a second
+//! `fallocate` over it makes it data (`Zeros`: tmpfs clears it and marks
+//! it uptodate), still without memory here. The first write gives a page
+//! its bytes.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 /// Page size, also the `st_blksize` memfs reports.
@@ -17,11 +21,32 @@ const PAGE_U64: u64 = PAGE as u64;
 /// Largest file size (Linux's MAX_LFS_FILESIZE on 64-bit); beyond it EFBIG.
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
-/// One page: its bytes, or `None` for a page reserved by `fallocate` and
-/// never written (all zeros, no memory).
-type Page = Option<Box<[u8]>>;
+/// One page of a file.
+#[derive(Debug)]
+enum Page {
+    /// Reserved by `fallocate`, never written: zeros, a hole to SEEK_DATA.
+    Reserved,
+    /// Reserved twice: zeros that SEEK_DATA counts as data.
+    Zeros,
+    /// Written.
+    Bytes(Box<[u8]>),
+}
 
-/// Invariants: no page holding data lies wholly at or beyond `size` (pages
+impl Page {
+    /// Whether SEEK_DATA stops here (tmpfs: the folio is uptodate).
+    fn is_data(&self) -> bool {
+        !matches!(self, Page::Reserved)
+    }
+
+    fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Page::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// Invariants: no written page lies wholly at or beyond `size` (pages
 /// reserved with `FALLOC_FL_KEEP_SIZE` may), and the bytes of the last
 /// page past `size` are zero, so growing the file exposes zeros.
 #[derive(Debug, Default)]
@@ -63,7 +88,7 @@ impl FileData {
             let chunk = (PAGE - in_page).min(n - done);
             let dst = &mut buf[done..done + chunk];
             match self.pages.get(&(pos / PAGE_U64)) {
-                Some(Some(page)) => dst.copy_from_slice(&page[in_page..in_page + chunk]),
+                Some(Page::Bytes(page)) => dst.copy_from_slice(&page[in_page..in_page + chunk]),
                 _ => dst.fill(0),
             }
             done += chunk;
@@ -90,12 +115,13 @@ impl FileData {
             let pos = offset + done as u64;
             let in_page = (pos % PAGE_U64) as usize;
             let chunk = (PAGE - in_page).min(data.len() - done);
-            let page = self
-                .pages
-                .entry(pos / PAGE_U64)
-                .or_default()
-                .get_or_insert_with(zero_page);
-            page[in_page..in_page + chunk].copy_from_slice(&data[done..done + chunk]);
+            let page = self.pages.entry(pos / PAGE_U64).or_insert(Page::Reserved);
+            if !matches!(page, Page::Bytes(_)) {
+                *page = Page::Bytes(zero_page());
+            }
+            if let Some(b) = page.bytes_mut() {
+                b[in_page..in_page + chunk].copy_from_slice(&data[done..done + chunk]);
+            }
             done += chunk;
         }
         if !data.is_empty() {
@@ -113,8 +139,10 @@ impl FileData {
             drop(self.pages.split_off(&keep));
             let tail = (size % PAGE_U64) as usize;
             if tail != 0 {
-                if let Some(Some(page)) = self.pages.get_mut(&(size / PAGE_U64)) {
-                    page[tail..].fill(0);
+                if let Some(page) = self.pages.get_mut(&(size / PAGE_U64)) {
+                    if let Some(b) = page.bytes_mut() {
+                        b[tail..].fill(0);
+                    }
                 }
             }
         }
@@ -132,13 +160,23 @@ impl FileData {
 
     /// `fallocate` mode 0 (or `FALLOC_FL_KEEP_SIZE`): reserve every absent
     /// page of `[offset, offset + len)` (`len > 0`, the end checked against
-    /// `MAX_FILE_SIZE`); the size grows to the range's end unless
-    /// `keep_size`. Returns the number of pages added.
+    /// `MAX_FILE_SIZE`), and make pages reserved before data (zeros); the
+    /// size grows to the range's end unless `keep_size`. Returns the
+    /// number of pages added.
     pub fn allocate(&mut self, offset: u64, len: u64, keep_size: bool) -> u64 {
         let before = self.pages();
         let (first, last) = page_span(offset, len);
         for i in first..=last {
-            self.pages.entry(i).or_insert(None);
+            match self.pages.entry(i) {
+                Entry::Vacant(v) => {
+                    v.insert(Page::Reserved);
+                }
+                Entry::Occupied(mut o) => {
+                    if let Page::Reserved = o.get() {
+                        o.insert(Page::Zeros);
+                    }
+                }
+            }
         }
         if !keep_size {
             self.size = self.size.max(offset + len);
@@ -149,9 +187,11 @@ impl FileData {
     /// Zero the bytes of `[start, end)` that lie in pages holding data,
     /// for a range within one page.
     fn zero_in_page(&mut self, start: u64, end: u64) {
-        if let Some(Some(page)) = self.pages.get_mut(&(start / PAGE_U64)) {
-            let from = (start % PAGE_U64) as usize;
-            page[from..from + (end - start) as usize].fill(0);
+        if let Some(page) = self.pages.get_mut(&(start / PAGE_U64)) {
+            if let Some(b) = page.bytes_mut() {
+                let from = (start % PAGE_U64) as usize;
+                b[from..from + (end - start) as usize].fill(0);
+            }
         }
     }
 
@@ -191,16 +231,25 @@ impl FileData {
 
     /// `FALLOC_FL_ZERO_RANGE`: `[offset, offset + len)` (`len > 0`) reads
     /// as zeros afterwards and every page it touches is reserved: whole
-    /// pages give their memory back, partial ones are zeroed where they
-    /// hold data. The size grows to the range's end unless `keep_size`.
-    /// Returns the number of pages added.
+    /// pages become reserved ones (memory given back, a hole to
+    /// SEEK_DATA, as ext4's unwritten extents), partial ones are zeroed
+    /// where they hold bytes and reserved where absent. The size grows to
+    /// the range's end unless `keep_size`. Returns the number of pages
+    /// added.
     pub fn zero_range(&mut self, offset: u64, len: u64, keep_size: bool) -> u64 {
         let before = self.pages();
-        let (first, past) = self.zero_edges(offset, offset + len);
+        let end = offset + len;
+        let (first, past) = self.zero_edges(offset, end);
         for i in first..past {
-            self.pages.insert(i, None);
+            self.pages.insert(i, Page::Reserved);
         }
-        self.allocate(offset, len, keep_size);
+        let (lo, hi) = page_span(offset, len);
+        for i in [lo, hi] {
+            self.pages.entry(i).or_insert(Page::Reserved);
+        }
+        if !keep_size {
+            self.size = self.size.max(end);
+        }
         self.pages() - before
     }
 
@@ -215,13 +264,13 @@ impl FileData {
         let (first, last) = (offset / PAGE_U64, (self.size - 1) / PAGE_U64);
         let mut run = self.pages.range(first..=last);
         if data {
-            let (i, _) = run.find(|(_, p)| p.is_some())?;
+            let (i, _) = run.find(|(_, p)| p.is_data())?;
             return Some(offset.max(i * PAGE_U64));
         }
         // The first page from `first` on that holds no data.
         let mut next = first;
         for (&i, p) in run {
-            if i != next || p.is_none() {
+            if i != next || !p.is_data() {
                 break;
             }
             next += 1;
@@ -229,12 +278,12 @@ impl FileData {
         Some(offset.max(next * PAGE_U64).min(self.size))
     }
 
-    /// Where the next page holding data starts, at or after `offset`
-    /// (`None`: no data there or after).
+    /// Where the next page holding bytes starts, at or after `offset`
+    /// (`None`: only zeros there and after).
     pub fn next_data(&self, offset: u64) -> Option<u64> {
         self.pages
             .range(offset / PAGE_U64..)
-            .find(|(_, p)| p.is_some())
+            .find(|(_, p)| matches!(p, Page::Bytes(_)))
             .map(|(&i, _)| offset.max(i * PAGE_U64))
     }
 
