@@ -64,9 +64,9 @@ fn host(r: libc::c_long) -> Result<u64, i32> {
 }
 
 fn checksum(buf: &[u8]) -> u64 {
-    buf.iter()
-        .enumerate()
-        .fold(0u64, |h, (i, &b)| h.wrapping_mul(31).wrapping_add(b as u64 ^ i as u64))
+    buf.iter().enumerate().fold(0u64, |h, (i, &b)| {
+        h.wrapping_mul(31).wrapping_add(b as u64 ^ i as u64)
+    })
 }
 
 fn data(off: u64, len: usize) -> Vec<u8> {
@@ -96,8 +96,9 @@ impl Side for Host {
             }
             Step::Read(off, len) => {
                 let mut buf = vec![0u8; len];
-                let n = host(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), len, off as i64) }
-                    as _)?;
+                let n = host(
+                    unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), len, off as i64) } as _,
+                )?;
                 return Ok((n, checksum(&buf[..n as usize])));
             }
         };
@@ -285,15 +286,15 @@ fn fallocate_refuses_what_linux_refuses() {
         assert_eq!(dir.fallocate(0, 0, 10), Err(Errno::EBADF));
         let path = root.open(At::Root, "f", libc::O_PATH, 0).unwrap();
         assert_eq!(path.fallocate(0, 0, 10), Err(Errno::EBADF));
-        assert_eq!(
-            path.seek_data_hole(0, libc::SEEK_DATA),
-            Err(Errno::EBADF)
-        );
+        assert_eq!(path.seek_data_hole(0, libc::SEEK_DATA), Err(Errno::EBADF));
         let rw = root.open(At::Root, "f", oflags::O_RDWR, 0).unwrap();
         assert_eq!(rw.fallocate(0, 1 << 63, 1), Err(Errno::EINVAL));
         assert_eq!(rw.fallocate(0, 0, 0), Err(Errno::EINVAL));
         // SEEK_DATA in an empty file: ENXIO.
-        assert_eq!(rw.seek_data_hole(0, libc::SEEK_DATA), Err(Errno(libc::ENXIO)));
+        assert_eq!(
+            rw.seek_data_hole(0, libc::SEEK_DATA),
+            Err(Errno(libc::ENXIO))
+        );
         // The position moves with lseek.
         rw.write(0, b"0123456789").unwrap();
         assert_eq!(rw.file().lseek(3, libc::SEEK_HOLE), Ok(10));
@@ -366,11 +367,18 @@ fn copy_file_range_copies_and_keeps_holes() {
         };
         root.setattr_dentry(src.dentry(), &a, true).unwrap();
         let dst = root.open(At::Root, "dst", flags, 0o644).unwrap();
-        assert_eq!(src.copy_file_range(0, &dst, 0, 30 * MIB, 0), Ok(20 * MIB as usize));
+        assert_eq!(
+            src.copy_file_range(0, &dst, 0, 30 * MIB, 0),
+            Ok(20 * MIB as usize)
+        );
         let d = vfs.getattr_dentry(dst.dentry()).unwrap();
         assert_eq!(d.size, 20 * MIB);
         // memfs copies holes as holes; tmpfs (under passthrough) fills them.
-        assert!(!sparse || d.blocks <= 64, "holes filled: {} blocks", d.blocks);
+        assert!(
+            !sparse || d.blocks <= 64,
+            "holes filled: {} blocks",
+            d.blocks
+        );
         let mut buf = [0u8; 6];
         dst.read(10 * MIB, &mut buf).unwrap();
         assert_eq!(&buf, b"middle");
@@ -420,7 +428,9 @@ fn unprivileged_write_truncate_and_fallocate_drop_set_id_bits() {
             };
             root.setattr(At::Root, &name, &set).unwrap();
             let as_nobody = vfs.as_cred(&nobody);
-            let f = as_nobody.open(At::Root, &name, oflags::O_WRONLY, 0).unwrap();
+            let f = as_nobody
+                .open(At::Root, &name, oflags::O_WRONLY, 0)
+                .unwrap();
             match op {
                 0 => assert_eq!(f.write(0, b"x"), Ok(1)),
                 1 => {

@@ -82,9 +82,7 @@ impl FuseCore {
         let rest = SetAttr { perm: None, ..*set };
         let run = || -> Result<Attr> {
             let mut a = if rest != SetAttr::default() {
-                self.vfs
-                    .as_cred(cred)
-                    .setattr_dentry(n, &rest, via_fh)?
+                self.vfs.as_cred(cred).setattr_dentry(n, &rest, via_fh)?
             } else {
                 self.vfs.getattr_dentry(n)?
             };

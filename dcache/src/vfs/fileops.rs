@@ -166,10 +166,7 @@ impl OpenFile<'_> {
         {
             return Err(Errno::EBADF);
         }
-        if !std::ptr::eq(
-            sb_of(self.dentry().dentry()),
-            sb_of(out.dentry().dentry()),
-        ) {
+        if !std::ptr::eq(sb_of(self.dentry().dentry()), sb_of(out.dentry().dentry())) {
             return Err(Errno::EXDEV);
         }
         if off_in.checked_add(len).is_none() || off_out.checked_add(len).is_none() {

@@ -419,7 +419,10 @@ mod tests {
         assert_eq!(f.seek(10 * PAGE as u64, false), None);
         f.write(3 * PAGE as u64 + 5, b"abc");
         assert_eq!(f.seek(0, true), Some(3 * PAGE as u64));
-        assert_eq!(f.seek(3 * PAGE as u64 + 100, true), Some(3 * PAGE as u64 + 100));
+        assert_eq!(
+            f.seek(3 * PAGE as u64 + 100, true),
+            Some(3 * PAGE as u64 + 100)
+        );
         assert_eq!(f.seek(3 * PAGE as u64, false), Some(4 * PAGE as u64));
         assert_eq!(f.seek(4 * PAGE as u64, true), None);
         assert_eq!(f.next_data(0), Some(3 * PAGE as u64));

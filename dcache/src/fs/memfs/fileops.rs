@@ -125,7 +125,10 @@ impl Tree {
         if ino_in == ino_out && off_in < off_out + len && off_out < off_in + len {
             return Err(Errno::EINVAL);
         }
-        if off_out.checked_add(len).is_none_or(|end| end > MAX_FILE_SIZE) {
+        if off_out
+            .checked_add(len)
+            .is_none_or(|end| end > MAX_FILE_SIZE)
+        {
             return Err(Errno::EFBIG);
         }
         let mut buf = vec![0u8; PAGE];

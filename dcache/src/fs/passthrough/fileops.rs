@@ -45,7 +45,9 @@ fn host_copy(
     let (mut pos_in, mut pos_out) = (off(off_in)?, off(off_out)?);
     let mut done = 0u64;
     while done < len {
-        let want = usize::try_from(len - done).unwrap_or(usize::MAX).min(1 << 30);
+        let want = usize::try_from(len - done)
+            .unwrap_or(usize::MAX)
+            .min(1 << 30);
         // SAFETY: both descriptors are live and both offsets are ours to
         // update; no flags.
         let n = unsafe {
