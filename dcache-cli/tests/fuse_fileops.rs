@@ -93,7 +93,7 @@ fn errno_of(r: libc::c_long) -> Result<i64, i32> {
     if r < 0 {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1))
     } else {
-        Ok(r as i64)
+        Ok(r)
     }
 }
 

@@ -76,29 +76,32 @@ fn data(off: u64, len: usize) -> Vec<u8> {
 impl Side for Host {
     fn step(&self, s: Step) -> Res {
         let fd = self.0.as_raw_fd();
-        // SAFETY (every call below): `fd` is live; buffers are valid for
-        // the lengths passed.
         let r = match s {
+            // SAFETY: `fd` is live.
             Step::Trunc(n) => host(unsafe { libc::ftruncate(fd, n as i64) } as _),
             Step::Write(off, len) => {
                 let d = data(off, len);
+                // SAFETY: `fd` is live; `d` holds `len` bytes.
                 host(unsafe { libc::pwrite(fd, d.as_ptr().cast(), len, off as i64) } as _)
             }
             Step::Falloc(m, off, len) => {
+                // SAFETY: `fd` is live; plain integers.
                 host(unsafe { libc::fallocate(fd, m, off as i64, len as i64) } as _)
             }
+            // SAFETY: `fd` is live; plain integers.
             Step::Seek(off, w) => host(unsafe { libc::lseek(fd, off as i64, w) } as _),
             Step::Stat => {
                 // SAFETY: a zeroed stat is a valid out-buffer.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: `fd` is live; `st` is writable.
                 host(unsafe { libc::fstat(fd, &mut st) } as _)?;
                 return Ok((st.st_size as u64, st.st_blocks as u64));
             }
             Step::Read(off, len) => {
                 let mut buf = vec![0u8; len];
-                let n = host(
-                    unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), len, off as i64) } as _,
-                )?;
+                // SAFETY: `fd` is live; `buf` has `len` writable bytes.
+                let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), len, off as i64) };
+                let n = host(r as _)?;
                 return Ok((n, checksum(&buf[..n as usize])));
             }
         };

@@ -25,6 +25,12 @@
 //! - **Permissions** are stored, not enforced: memfs is meant to be mounted
 //!   with the kernel checking modes (FUSE `default_permissions`). A write
 //!   does not clear set-user-ID bits; a chown does, as on Linux.
+//! - **Beyond read and write** (`fileops.rs`): `fallocate` reserves pages
+//!   (counted in `st_blocks`, holes to `SEEK_DATA` until written or
+//!   reserved again, as tmpfs), punches holes and, unlike tmpfs, zeroes
+//!   ranges; `SEEK_DATA`/`SEEK_HOLE` answer as tmpfs; `copy_file_range`
+//!   keeps the source's holes; `O_TMPFILE` files may be linked unless
+//!   opened with `O_EXCL`.
 //! - **Space.** `Limits` caps bytes and inodes (default: half of RAM, the
 //!   tmpfs default); past them writes and creates fail with ENOSPC.
 
