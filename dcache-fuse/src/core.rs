@@ -9,6 +9,8 @@
 //! [`Entry`] has already counted one kernel lookup of its node: the caller
 //! must deliver it in a reply (or forget it).
 
+mod fileops;
+
 use std::mem::ManuallyDrop;
 
 use crate::sync::Arc;
@@ -188,9 +190,13 @@ impl FuseCore {
 
     /// SETATTR, with Linux's rules for `cred`. `via_fh`: the request names
     /// an open file (ftruncate, futimens), so a size change needs no write
-    /// permission.
+    /// permission. The kernel's own SETATTR dropping set-id bits after
+    /// another user's write is allowed (see `setattr_kill_priv`).
     pub fn setattr(&self, cred: &Cred, id: NodeId, set: &SetAttr, via_fh: bool) -> Result<Attr> {
         let n = self.node(id)?;
+        if let Some(r) = self.setattr_kill_priv(cred, &n, set, via_fh) {
+            return Ok(self.shown(r?));
+        }
         Ok(self.shown(self.vfs.as_cred(cred).setattr_dentry(&n, set, via_fh)?))
     }
 

@@ -16,6 +16,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use fuser::{CopyFileRangeFlags, ReplyLseek};
 
 use dcache::cred::{Caps, Cred};
 use dcache::errno::{Errno, Result};
@@ -753,5 +754,71 @@ impl Filesystem for DcacheFs {
         let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
         let r = self.core.removexattr(&cred, node(ino), name.as_bytes());
         Self::reply_empty(reply, r);
+    }
+
+    // File operations beyond read and write. Answering these (rather than
+    // fuser's ENOSYS) keeps the kernel asking: an ENOSYS to LSEEK makes it
+    // treat every file as all data, one to FALLOCATE or COPY_FILE_RANGE
+    // makes it answer EOPNOTSUPP (or copy through the page cache) for the
+    // rest of the mount.
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.touch();
+        let r = self.core.fallocate(handle(fh), offset, length, mode);
+        Self::reply_empty(reply, r);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        self.touch();
+        match self.core.lseek(handle(fh), offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.touch();
+        let r = self.core.copy_file_range(
+            handle(fh_in),
+            offset_in,
+            handle(fh_out),
+            offset_out,
+            len,
+            flags.bits(),
+        );
+        match r {
+            // At most MAX_COPY bytes, which fit.
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 }

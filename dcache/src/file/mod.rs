@@ -15,6 +15,7 @@
 
 mod fdtable;
 mod layout;
+mod seek;
 
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop};

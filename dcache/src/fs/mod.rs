@@ -8,6 +8,7 @@
 //!
 //! Every method returns the POSIX errno a local filesystem would give.
 
+pub(crate) mod fileops;
 pub mod invalidate;
 pub mod kernfs;
 pub mod memfs;
@@ -580,5 +581,60 @@ pub trait FileSystem: Send + Sync + 'static {
     /// the inode's ctime.
     fn removexattr(&self, _ino: Ino, _name: &[u8]) -> Result<()> {
         Err(Errno::EOPNOTSUPP)
+    }
+
+    // File operations on an open handle beyond read and write: fallocate,
+    // SEEK_DATA/SEEK_HOLE, copy_file_range, and O_TMPFILE. The Vfs
+    // ([`OpenFile`](crate::OpenFile)) makes the checks Linux's VFS makes
+    // before it calls a filesystem (see each method).
+
+    /// `fallocate(2)` on handle `fh`: `mode` is the `FALLOC_FL_*` bits.
+    /// The Vfs has checked what `vfs_fallocate` checks (`len > 0`, the
+    /// mode combinations, a handle open for writing, a regular file, the
+    /// end within the largest file size); a backend answers EOPNOTSUPP
+    /// for a mode it lacks, as the default does for every mode.
+    fn fallocate(&self, _ino: Ino, _fh: u64, _mode: i32, _offset: u64, _len: u64) -> Result<()> {
+        Err(Errno::ENOTSUP)
+    }
+
+    /// `lseek(2)` with `SEEK_DATA` or `SEEK_HOLE` (`whence`) from `offset`
+    /// on handle `fh`: where the next data or hole starts (the end of the
+    /// file counts as a hole); ENXIO at or past the end of the file, and
+    /// for `SEEK_DATA` when only holes follow. The default treats the
+    /// whole file as data, as Linux's `generic_file_llseek` does.
+    fn lseek(&self, ino: Ino, _fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        fileops::seek_all_data(self.getattr(ino)?.size, offset, whence)
+    }
+
+    /// `copy_file_range(2)`: copy up to `len` bytes from handle `fh_in` at
+    /// `off_in` to handle `fh_out` at `off_out`; returns the bytes copied
+    /// (fewer at the source's end, 0 at or past it). The Vfs has checked
+    /// the handles' modes, the file types, overlap within one file and
+    /// the size limits. The default reads and writes through the two
+    /// handles in pieces of 128 KiB.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ino_in: Ino,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: Ino,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<usize> {
+        let (src, dst) = ((ino_in, fh_in, off_in), (ino_out, fh_out, off_out));
+        fileops::copy_by_read_write(self, src, dst, len)
+    }
+
+    /// `open(2)` with `O_TMPFILE` in directory `dir`: a regular file with
+    /// no name (link count 0), owned by `ctx`, opened with `flags` (an
+    /// access mode that includes writing). Returns its attributes and the
+    /// handle. Unless `flags` holds `O_EXCL`, [`link`](Self::link) may
+    /// give it a name later; it is freed with its last handle otherwise.
+    /// The default: EOPNOTSUPP, what Linux answers for a filesystem
+    /// without `->tmpfile`.
+    fn tmpfile(&self, _dir: Ino, _perm: u16, _flags: i32, _ctx: Ctx) -> Result<(Attr, u64)> {
+        Err(Errno::ENOTSUP)
     }
 }

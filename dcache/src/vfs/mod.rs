@@ -15,6 +15,7 @@
 
 mod as_cred;
 pub(crate) mod dcache;
+mod fileops;
 mod icache;
 mod invalidate;
 mod lookup;

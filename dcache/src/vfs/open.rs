@@ -119,7 +119,7 @@ impl std::fmt::Debug for OpenFile<'_> {
 }
 
 /// The inode's attributes again from the backend (after a write).
-fn refresh(fs: &dyn FileSystem, inode: &Inode) {
+pub(super) fn refresh(fs: &dyn FileSystem, inode: &Inode) {
     if let Ok(a) = fs.getattr(inode.ino) {
         if a.kind == inode.kind() {
             inode.set_attr(&a);
@@ -129,7 +129,7 @@ fn refresh(fs: &dyn FileSystem, inode: &Inode) {
 
 /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID where
 /// group-executable (`file_remove_privs`).
-fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
+pub(super) fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
     let Some(perm) = permission::mode_after_chown(inode.perm()) else {
         return;
     };

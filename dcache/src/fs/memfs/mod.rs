@@ -27,12 +27,19 @@
 //!   does not clear set-user-ID bits; a chown does, as on Linux.
 //! - **Extended attributes** are kept per inode in name order (`xattr.rs`);
 //!   the Vfs checks names, sizes and permissions first.
+//! - **Beyond read and write** (`fileops.rs`): `fallocate` reserves pages
+//!   (counted in `st_blocks`, holes to `SEEK_DATA` until written or
+//!   reserved again, as tmpfs), punches holes and, unlike tmpfs, zeroes
+//!   ranges; `SEEK_DATA`/`SEEK_HOLE` answer as tmpfs; `copy_file_range`
+//!   keeps the source's holes; `O_TMPFILE` files may be linked unless
+//!   opened with `O_EXCL`.
 //! - **Space.** `Limits` caps bytes and inodes (default: half of RAM, the
 //!   tmpfs default); past them writes and creates fail with ENOSPC.
 
 mod check;
 mod dir;
 mod file;
+mod fileops;
 mod inode;
 mod rename;
 mod tree;
@@ -396,5 +403,33 @@ impl FileSystem for MemFs {
 
     fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
         self.write_lock().removexattr(ino, name)
+    }
+
+    // File operations beyond read and write: see `fileops.rs`.
+
+    fn fallocate(&self, ino: Ino, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.write_lock().fallocate(ino, fh, mode, offset, len)
+    }
+
+    fn lseek(&self, ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        self.read_lock().lseek(ino, fh, offset, whence)
+    }
+
+    fn copy_file_range(
+        &self,
+        ino_in: Ino,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: Ino,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<usize> {
+        self.write_lock()
+            .copy_range(ino_in, fh_in, off_in, ino_out, fh_out, off_out, len)
+    }
+
+    fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
+        self.write_lock().tmpfile(dir, perm, flags, ctx)
     }
 }

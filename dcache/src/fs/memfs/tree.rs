@@ -2,7 +2,7 @@
 //! open handles and the space count. Each method checks every condition
 //! before it changes anything, so an error leaves the tree as it was.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::dir::Dir;
 use super::file::{FileData, MAX_FILE_SIZE, PAGE};
@@ -36,6 +36,8 @@ pub struct Tree {
     pub(super) used_pages: u64,
     pub(super) max_pages: u64,
     pub(super) max_inodes: u64,
+    /// O_TMPFILE inodes (no name yet) that `link` may still name.
+    pub(super) linkable: HashSet<Ino>,
 }
 
 /// A name the Vfs would never pass, refused the way the kernel's own checks
@@ -98,6 +100,7 @@ impl Tree {
             used_pages: 0,
             max_pages: limits.max_bytes / PAGE as u64,
             max_inodes: limits.max_inodes,
+            linkable: HashSet::new(),
         }
     }
 
@@ -133,6 +136,7 @@ impl Tree {
             if inode.nlink == 0 && inode.opens == 0 {
                 self.used_pages -= inode.pages();
                 self.inodes.remove(&ino);
+                self.linkable.remove(&ino);
             }
         }
     }
@@ -326,15 +330,16 @@ impl Tree {
         if t.is_dir() {
             return Err(Errno::EPERM);
         }
-        if t.nlink == 0 {
+        if t.nlink == 0 && !self.linkable.contains(&ino) {
             // Linux refuses to give a name back to an unlinked inode
-            // (except O_TMPFILE ones, which memfs does not make).
+            // (except an O_TMPFILE one opened without O_EXCL).
             return Err(Errno::ENOENT);
         }
         if t.nlink == u32::MAX {
             return Err(Errno::EMLINK);
         }
         let now = Timespec::now();
+        self.linkable.remove(&ino);
         self.dir_mut(newdir)?.insert(newname, ino);
         self.inode_mut(newdir)?.touch_modified(now);
         let t = self.inode_mut(ino)?;
@@ -449,7 +454,7 @@ impl Tree {
     }
 
     /// The handle `fh`, which must have been opened on `ino`.
-    fn handle(&self, ino: Ino, fh: u64) -> Result<&Handle> {
+    pub(super) fn handle(&self, ino: Ino, fh: u64) -> Result<&Handle> {
         match self.handles.get(&fh) {
             Some(h) if h.ino == ino => Ok(h),
             _ => Err(Errno::EBADF),

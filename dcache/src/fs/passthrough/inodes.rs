@@ -232,6 +232,21 @@ impl InodeTable {
     /// lookup; `fd` is then closed), else a fresh one anchored by `fd` (or
     /// its handle). Counts one lookup either way.
     pub(crate) fn register(&self, fd: OwnedFd, st: &libc::stat) -> Result<(Ino, Arc<Inode>)> {
+        self.register_as(fd, st, false)
+    }
+
+    /// [`Self::register`] for an object that a handle could not reopen (an
+    /// `O_TMPFILE` file has no link, and filesystems refuse handles of
+    /// unlinked inodes): it holds `fd` for life.
+    pub(crate) fn register_pinned(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+    ) -> Result<(Ino, Arc<Inode>)> {
+        self.register_as(fd, st, true)
+    }
+
+    fn register_as(&self, fd: OwnedFd, st: &libc::stat, pin: bool) -> Result<(Ino, Arc<Inode>)> {
         let key = sys::host_key(st);
         if let Some(found) = self.hit(key) {
             drop(fd);
@@ -239,7 +254,11 @@ impl InodeTable {
         }
         let kind = sys::kind_of(st)?;
         let fresh = Arc::new(Inode {
-            anchor: self.cache.anchor(fd),
+            anchor: if pin {
+                Anchor::Held(fd)
+            } else {
+                self.cache.anchor(fd)
+            },
             key,
             kind,
             nlookup: AtomicU64::new(1),

@@ -58,6 +58,7 @@
 //! with the daemon's credentials.
 
 mod anchor;
+mod fileops;
 mod handles;
 mod inodes;
 mod readdir;
@@ -597,5 +598,32 @@ impl FileSystem for Passthrough {
             return Validity::NeedBlocking;
         }
         self.revalidate_slow(dir, name, ino)
+    }
+
+    // File operations beyond read and write: see `fileops.rs`.
+
+    fn fallocate(&self, ino: Ino, fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.do_fallocate(ino, fh, mode, offset, len)
+    }
+
+    fn lseek(&self, ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        self.do_lseek(ino, fh, offset, whence)
+    }
+
+    fn copy_file_range(
+        &self,
+        ino_in: Ino,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: Ino,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<usize> {
+        self.do_copy_file_range((ino_in, fh_in, off_in), (ino_out, fh_out, off_out), len)
+    }
+
+    fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
+        self.do_tmpfile(dir, perm, flags, ctx)
     }
 }
