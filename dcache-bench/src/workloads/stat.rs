@@ -583,6 +583,9 @@ mod tests {
                         Ok(c) => c.teardown().unwrap(),
                         Err(e) if *t == "kernel" && e.contains("/dev/shm") => {}
                         Err(e) if t.starts_with("fuse") && e.contains("FUSE unusable") => {}
+                        Err(e) if *t == "etcd" && e.contains("no etcd binary") => {
+                            println!("SKIPPED {} on etcd: {e}", w.name());
+                        }
                         Err(e) => panic!("{} {t} {v}: {e}", w.name()),
                     }
                 }
