@@ -2,8 +2,12 @@
 
 use super::dir::Dir;
 use super::file::{FileData, PAGE};
-use super::xattr::Xattrs;
 use crate::fs::{Attr, FileType, Ino, Timespec};
+
+/// One inode's extended attributes, listed in name order (`xattr.rs` has
+/// the operations).
+#[derive(Debug, Default)]
+pub struct Xattrs(pub(super) std::collections::BTreeMap<Box<[u8]>, Box<[u8]>>);
 
 /// tmpfs reports a directory's size as this many bytes per entry, counting
 /// `.` and `..`; some tools (`du`, `find -size`) look at it.

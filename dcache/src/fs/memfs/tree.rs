@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::dir::Dir;
 use super::file::{FileData, MAX_FILE_SIZE, PAGE};
-use super::inode::{Body, Inode};
-use super::xattr::Xattrs;
+use super::inode::{Body, Inode, Xattrs};
 use super::Limits;
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, Ino, SetAttr, SetTime, StatFs, Timespec};

@@ -3,16 +3,10 @@
 //! names too, as opaque values); setting or removing one stamps the
 //! inode's ctime.
 
-use std::collections::BTreeMap;
-
 use super::tree::Tree;
 use crate::errno::{Errno, Result};
 use crate::fs::{Ino, Timespec};
 use crate::xattr::{XATTR_CREATE, XATTR_REPLACE};
-
-/// One inode's attributes, listed in name order.
-#[derive(Debug, Default)]
-pub struct Xattrs(BTreeMap<Box<[u8]>, Box<[u8]>>);
 
 impl Tree {
     pub fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
