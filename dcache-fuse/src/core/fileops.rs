@@ -36,7 +36,7 @@ impl FuseCore {
     }
 
     /// COPY_FILE_RANGE between two open files of this mount; at most
-    /// [`MAX_COPY`] bytes per request (the kernel asks again for the rest).
+    /// `MAX_COPY` (4 GiB less a page) bytes per request (the kernel asks again for the rest).
     #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
