@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub(crate) mod cache_aligned;
+pub mod acl;
 pub mod cred;
 pub mod dentry;
 pub mod errno;
