@@ -19,7 +19,9 @@
 
 use crate::cred::Cred;
 use crate::errno::{Errno, Result};
-use crate::permission::{MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::permission::{
+    capable_override, generic_permission, Perm, MAY_EXEC, MAY_READ, MAY_WRITE,
+};
 
 /// The file owner's entry (the mode's owner bits).
 pub const ACL_USER_OBJ: u16 = 0x01;
@@ -333,6 +335,21 @@ impl PosixAcl {
         }
         let mode = (mode & !0o777) | (m & 0o777);
         (mode, not_equiv.then_some(acl))
+    }
+}
+
+/// `generic_permission` with an inode's access ACL (`None`: it has
+/// none): the owner is checked against the mode's owner bits (its ACL
+/// entry), the ACL decides for everyone else when the mode has group bits
+/// (`acl_permission_check`), and capabilities override as without an ACL.
+pub fn check(cred: &Cred, p: Perm, acl: Option<&PosixAcl>, mask: u32) -> Result<()> {
+    let Some(acl) = acl.filter(|_| cred.fsuid != p.uid && p.mode & S_IRWXG != 0) else {
+        return generic_permission(cred, p, mask);
+    };
+    if acl.permission(cred, p.uid, p.gid, mask).is_ok() || capable_override(cred, p, mask) {
+        Ok(())
+    } else {
+        Err(Errno::EACCES)
     }
 }
 

@@ -39,7 +39,14 @@ fn parse_errors_are_linux_errnos() {
         assert_eq!(e(&bad), Errno::EINVAL, "{bad:?}");
     }
     // Duplicate named users are accepted (Linux no longer checks order).
-    let dup = raw(&[(1, 6, M), (2, 4, 5), (2, 4, 5), (4, 4, M), (0x10, 4, M), (0x20, 0, M)]);
+    let dup = raw(&[
+        (1, 6, M),
+        (2, 4, 5),
+        (2, 4, 5),
+        (4, 4, M),
+        (0x10, 4, M),
+        (0x20, 0, M),
+    ]);
     assert!(PosixAcl::from_xattr(&dup).unwrap().is_some());
     // Ids of unnamed entries are not kept.
     let a = PosixAcl::from_xattr(&raw(&[(1, 6, 5), (4, 4, M), (0x10, 4, M), (0x20, 0, M)]));
@@ -50,7 +57,13 @@ fn parse_errors_are_linux_errnos() {
 #[test]
 fn text_round_trips() {
     let a = PosixAcl::from_text("o::---,u::rw-,g::r--,u:65534:r--,m::r--").unwrap();
-    let v = raw(&[(1, 6, M), (2, 4, 65534), (4, 4, M), (0x10, 4, M), (0x20, 0, M)]);
+    let v = raw(&[
+        (1, 6, M),
+        (2, 4, 65534),
+        (4, 4, M),
+        (0x10, 4, M),
+        (0x20, 0, M),
+    ]);
     assert_eq!(a.to_xattr(), v);
     assert_eq!(PosixAcl::from_xattr(&v), Ok(Some(a)));
     assert_eq!(PosixAcl::from_text("u::rw"), Err(Errno::EINVAL));
@@ -77,7 +90,10 @@ fn the_check_follows_posix_acl_permission() {
     let o = PosixAcl::from_text("u::---,g::---,o::r--").unwrap();
     assert_eq!(o.permission(&Cred::user(5, 1, &[]), 1, 7, r), Ok(()));
     // In the owning group, whose entry grants nothing: not "other".
-    assert_eq!(o.permission(&Cred::user(5, 1, &[]), 7, 1, r), Err(Errno::EACCES));
+    assert_eq!(
+        o.permission(&Cred::user(5, 1, &[]), 7, 1, r),
+        Err(Errno::EACCES)
+    );
     // Capabilities are the caller's business.
     let root = Cred::user(5, 1, &[]).with_caps(Caps::ALL);
     assert_eq!(o.permission(&root, 7, 1, r), Err(Errno::EACCES));
@@ -96,8 +112,14 @@ fn mode_sync_as_tmpfs() {
     assert_eq!(update_mode(&u, 0o100_600, 100, &min), (0o100_754, None));
     // chmod 0751 rewrites owner, mask and other, not the group entry.
     let c = a.chmod(0o751);
-    assert_eq!(c, PosixAcl::from_text("u::rwx,g::r--,m::r-x,o::--x").unwrap());
-    assert_eq!(min.chmod(0o640), PosixAcl::from_text("u::rw-,g::r--,o::---").unwrap());
+    assert_eq!(
+        c,
+        PosixAcl::from_text("u::rwx,g::r--,m::r-x,o::--x").unwrap()
+    );
+    assert_eq!(
+        min.chmod(0o640),
+        PosixAcl::from_text("u::rw-,g::r--,o::---").unwrap()
+    );
 }
 
 #[test]

@@ -75,6 +75,9 @@ pub struct Cred {
     groups_of: u32,
     /// The capabilities that override file permissions.
     pub caps: Caps,
+    /// The umask the Vfs applies to new files' permission bits, except in
+    /// a directory with a default ACL (see [`Cred::with_umask`]).
+    umask: u16,
 }
 
 impl Cred {
@@ -90,6 +93,7 @@ impl Cred {
         groups: OnceLock::new(),
         groups_of: 0,
         caps: Caps::ALL,
+        umask: 0,
     };
 
     /// The superuser with every capability ([`Cred::ROOT`]).
@@ -129,6 +133,7 @@ impl Cred {
             groups: OnceLock::from(g),
             groups_of: 0,
             caps: Caps::NONE,
+            umask: 0,
         }
     }
 
@@ -144,6 +149,7 @@ impl Cred {
             groups: OnceLock::new(),
             groups_of: tid,
             caps,
+            umask: 0,
         }
     }
 
@@ -151,6 +157,22 @@ impl Cred {
     pub fn with_caps(mut self, caps: Caps) -> Cred {
         self.caps = caps;
         self
+    }
+
+    /// This credential with a umask. The Vfs removes its bits from a new
+    /// file's, directory's or node's permission bits unless the parent
+    /// directory has a default ACL, which replaces the umask (Linux's
+    /// `posix_acl_create`). The default is 0: a caller that applies its
+    /// umask itself (as the `perm` of `create` and `mkdir` always could)
+    /// keeps working, but then a default ACL limits umasked bits.
+    pub fn with_umask(mut self, umask: u16) -> Cred {
+        self.umask = umask & 0o777;
+        self
+    }
+
+    /// The umask (see [`Cred::with_umask`]).
+    pub fn umask(&self) -> u16 {
+        self.umask
     }
 
     /// The same caller with different real ids (for `access(2)`).

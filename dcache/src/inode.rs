@@ -8,7 +8,7 @@
 //! returned and no read is a data race.
 
 use crate::fs::{Attr, FileType, Ino, Timespec};
-use crate::permission::Perm;
+use crate::permission::{Perm, I_ACL, I_ACL_BITS, I_ACL_UNKNOWN};
 use crate::seqcount::SeqCount;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -109,6 +109,16 @@ fn imode(attr: &Attr) -> u32 {
     attr.kind.mode_bits() | (attr.perm as u32 & 0o7777)
 }
 
+/// A new inode's ACL state: unknown (read on the first check that needs
+/// it), except for symlinks, which never have one.
+fn initial_acl_state(attr: &Attr) -> u32 {
+    if attr.kind == FileType::Symlink {
+        0
+    } else {
+        I_ACL_UNKNOWN
+    }
+}
+
 /// `S_IFMT >> 12` -> type: a table, so that decoding the type every `stat`
 /// returns costs one load rather than a chain of compares.
 const KINDS: [FileType; 16] = {
@@ -146,7 +156,7 @@ impl Inode {
             link: AtomicPtr::new(std::ptr::null_mut()),
             i_nlookup: AtomicU64::new(0),
             i_frontend: AtomicU64::new(0),
-            i_mode: AtomicU32::new(imode(attr)),
+            i_mode: AtomicU32::new(imode(attr) | initial_acl_state(attr)),
             i_seq: SeqCount::new(),
             i_dentries: AtomicU32::new(0),
             i_rwsem: crate::sync::RwLock::new(()),
@@ -161,27 +171,63 @@ impl Inode {
     /// The file type (the `S_IFMT` bits of the mode, which never change).
     #[inline(always)]
     pub fn kind(&self) -> FileType {
-        kind_of(self.mode())
+        kind_of(self.mode_word())
     }
 
     /// True for a directory.
     #[inline(always)]
     pub fn is_dir(&self) -> bool {
-        self.mode() & libc::S_IFMT == libc::S_IFDIR
+        self.mode_word() & libc::S_IFMT == libc::S_IFDIR
     }
 
     /// True for a symbolic link.
     #[inline(always)]
     pub fn is_symlink(&self) -> bool {
-        self.mode() & libc::S_IFMT == libc::S_IFLNK
+        self.mode_word() & libc::S_IFMT == libc::S_IFLNK
     }
 
     /// The full `st_mode` now (one load; not ordered with the other
     /// attributes).
     #[inline(always)]
     pub fn mode(&self) -> u32 {
+        self.mode_word() & !I_ACL_BITS
+    }
+
+    /// The mode word as stored: `st_mode` plus the ACL state bits
+    /// (`I_ACL_UNKNOWN`, `I_ACL`), which the walk's search test reads
+    /// with the permission bits in one load.
+    #[inline(always)]
+    pub(crate) fn mode_word(&self) -> u32 {
         // Relaxed: a single word whose old or new value is an answer.
         self.i_mode.load(Ordering::Relaxed)
+    }
+
+    /// Whether the inode has an access ACL: `Some(false)` none,
+    /// `Some(true)` one (the Vfs caches it), `None` not read yet.
+    #[inline]
+    pub(crate) fn acl_state(&self) -> Option<bool> {
+        let w = self.mode_word();
+        if w & I_ACL_UNKNOWN != 0 {
+            None
+        } else {
+            Some(w & I_ACL != 0)
+        }
+    }
+
+    /// Record the ACL state (`None`: unknown, read it again); a writer of
+    /// the mode word like `set_attr`, so serialised with it.
+    pub(crate) fn set_acl_state(&self, state: Option<bool>) {
+        let bits = match state {
+            None => I_ACL_UNKNOWN,
+            Some(true) => I_ACL,
+            Some(false) => 0,
+        };
+        self.i_seq.write_lock();
+        // Relaxed: inside the write section; published by write_end.
+        let m = self.i_mode.load(Ordering::Relaxed);
+        self.i_mode
+            .store((m & !I_ACL_BITS) | bits, Ordering::Relaxed);
+        self.i_seq.write_end();
     }
 
     /// Mode, owner and group as one consistent triple (for permission
@@ -275,8 +321,10 @@ impl Inode {
             slot.store(v, Ordering::Relaxed);
         }
         // Relaxed: as above; a lone reader of the mode sees the old or the
-        // new one, as Linux's rcu-walk reads i_mode.
-        self.i_mode.store(imode(attr), Ordering::Relaxed);
+        // new one, as Linux's rcu-walk reads i_mode. The ACL state bits
+        // are kept: only an ACL change (or an invalidation) resets them.
+        let acl = self.i_mode.load(Ordering::Relaxed) & I_ACL_BITS;
+        self.i_mode.store(imode(attr) | acl, Ordering::Relaxed);
         self.i_seq.write_end();
     }
 

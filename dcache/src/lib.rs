@@ -40,8 +40,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-pub(crate) mod cache_aligned;
 pub mod acl;
+pub(crate) mod cache_aligned;
 pub mod cred;
 pub mod dentry;
 pub mod errno;

@@ -11,7 +11,7 @@
 //!
 //! Namespaces served: `user.`, `trusted.`, `security.` and the two POSIX
 //! ACL names `system.posix_acl_access` and `system.posix_acl_default`,
-//! which are stored as opaque values (no ACL is enforced).
+//! whose values the Vfs validates and enforces ([`crate::acl`]).
 //!
 //! ```
 //! use dcache::xattr::{self, Namespace};

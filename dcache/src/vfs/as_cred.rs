@@ -18,7 +18,6 @@ use super::{root_cred, At, DentryRef, OpenFile, StatMode, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileType, RenameFlags, SetAttr};
-use crate::permission::generic_permission;
 
 /// `access(2)`'s `AT_EACCESS`: check with the effective (filesystem) ids.
 pub const AT_EACCESS: i32 = libc::AT_EACCESS;
@@ -172,7 +171,7 @@ impl<'v> AsCred<'v, '_> {
         }
         let i = d.inode().ok_or(Errno::ENOENT)?;
         // R_OK, W_OK and X_OK are MAY_READ, MAY_WRITE and MAY_EXEC.
-        generic_permission(cred, i.perm(), mask as u32)
+        self.vfs.inode_permission(cred, i, mask as u32)
     }
 
     /// `openat(2)` with `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`,

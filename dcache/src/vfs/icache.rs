@@ -188,6 +188,7 @@ pub(crate) fn iput(sb: &Super, inode: *mut Inode, d: *const Dentry) {
     }
     map.remove(p);
     let nlookup = i.i_nlookup.load(Ordering::Relaxed);
+    sb.evict_acl(i);
     drop(map);
     sb.fs.forget(i.ino, nlookup);
     /// # Safety

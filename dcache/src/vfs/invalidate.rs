@@ -180,6 +180,8 @@ fn refresh_inode(sb: &Super, ino: Ino, attr: Option<&Attr>) {
         let i: &Inode = unsafe { p.as_ref() };
         if i.kind() == attr.kind {
             i.set_attr(attr);
+            // Its ACL may have changed too (lock order: map, then acls).
+            sb.forget_acl(i);
         }
     }
 }

@@ -13,6 +13,7 @@
 //! lock; the LRU mutex and the inode-map mutex are leaves. Backend calls are
 //! made with at most `i_rwsem`s held and must not call back into the Vfs.
 
+mod acl;
 mod as_cred;
 pub(crate) mod dcache;
 mod fileops;
@@ -175,6 +176,8 @@ pub(crate) struct Super {
     pub(crate) rename_lock: Mutex<()>,
     /// ino -> the inode object shared by all its dentries (hard links).
     pub(crate) inodes: Mutex<icache::InodeMap>,
+    /// The access ACLs of cached inodes that have one (see `acl`).
+    pub(crate) acls: acl::AclMap,
     /// Where every dentry and inode of this Vfs lives (Linux's
     /// `dentry_cache` and `inode_cache` slabs). After `rcu`, so that they
     /// are dropped after it.
@@ -475,6 +478,7 @@ impl Vfs {
             rename_seq: SeqCount::new(),
             rename_lock: Mutex::new(()),
             inodes: Mutex::new(icache::InodeMap::default()),
+            acls: Mutex::new(std::collections::HashMap::new()),
             dentry_cache: Slab::new(),
             inode_cache: Slab::new(),
             lru: Mutex::new(dcache::Lru::default()),

@@ -33,7 +33,7 @@ use crate::dentry::{Dentry, D_HASHED};
 use crate::errno::{Errno, Result};
 use crate::fs::{Validity, NAME_MAX};
 use crate::inode::Inode;
-use crate::permission::{generic_permission, may_search, search_for_all, MAY_EXEC};
+use crate::permission::{generic_permission, search_for_all, MAY_EXEC};
 use crate::rcu::RcuGuard;
 use crate::table::RcuHit;
 
@@ -127,7 +127,9 @@ fn step<M: Mode>(
     let Some(dir) = m.dir_inode() else {
         return Err(m.fail(Errno::ENOENT));
     };
-    let mode = dir.mode();
+    // The mode word: `st_mode` and the ACL state bits, which make the
+    // search test's fast path fail for an inode with an ACL.
+    let mode = dir.mode_word();
     if mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(m.fail(Errno::ENOTDIR));
     }
@@ -319,6 +321,14 @@ impl<'v, 'g, 'c> RcuWalk<'v, 'g, 'c> {
         let Some(p) = dir.try_perm() else {
             return Err(Stop::Fallback);
         };
+        // An ACL not read yet, or one that decides for this caller, is
+        // read (or taken from the cache's lock) in reference mode: Linux's
+        // -ECHILD from `check_acl` under MAY_NOT_BLOCK.
+        match dir.acl_state() {
+            Some(false) => {}
+            Some(true) if self.cred.fsuid == p.uid || p.mode & 0o070 == 0 => {}
+            _ => return Err(Stop::Fallback),
+        }
         generic_permission(self.cred, p, MAY_EXEC).map_err(|e| self.fail(e))
     }
 
@@ -432,8 +442,11 @@ impl<'v> Mode for RefMode<'v, '_> {
         Stop::Err(e)
     }
 
-    fn search(&self, dir: &Inode, _mode: u32) -> std::result::Result<(), Stop> {
-        Ok(may_search(self.cred, dir.perm())?)
+    fn search(&self, dir: &Inode, mode: u32) -> std::result::Result<(), Stop> {
+        if search_for_all(mode) {
+            return Ok(());
+        }
+        Ok(self.vfs.inode_permission(self.cred, dir, MAY_EXEC)?)
     }
 
     fn lookup(&mut self, c: &Comp<'_>) -> std::result::Result<DentryRef<'v>, Stop> {

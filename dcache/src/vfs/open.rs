@@ -13,7 +13,7 @@ use crate::errno::{Errno, Result};
 use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
 use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
-use crate::permission::{self, generic_permission, may_create, open_mask};
+use crate::permission::{self, open_mask};
 use crate::sync::RwLockExt;
 
 /// An open file: a counted reference to a split-layout file (the count,
@@ -191,10 +191,12 @@ impl Vfs {
         let w = dir.i_rwsem.write_unpoisoned();
         let d = self.lookup_one(&parent, name, true)?;
         if d.is_negative() {
-            may_create(cred, dir.perm())?;
+            self.may_create_in(cred, dir)?;
+            let (perm, acls) = self.acl_create(cred, dir, libc::S_IFREG, perm)?;
             let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
             let sb = self.sb();
             let attr = super::dcache::fd_retry(sb, || sb.fs.create(dir.ino, name, perm, ctx))?;
+            self.acl_store_new(attr.ino, &acls)?;
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
             return Ok((d, true));
@@ -228,7 +230,7 @@ impl Vfs {
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
         if flags & libc::O_PATH == 0 {
-            generic_permission(cred, i.perm(), open_mask(flags))?;
+            self.inode_permission(cred, i, open_mask(flags))?;
         }
         let unprivileged = !cred.has(Caps::FSETID);
         let f = self.open_checked(d, i, flags, unprivileged)?;

@@ -7,10 +7,10 @@
 //! then the backend answers. A change re-reads the inode's attributes (its
 //! ctime moved).
 //!
-//! POSIX ACLs are stored as opaque values and not enforced, with one rule
-//! of Linux's kept so that copies look as on tmpfs: an access ACL that
-//! says no more than the permission bits becomes a chmod, and an empty
-//! one a removal ([`crate::xattr::acl_equiv_mode`]).
+//! POSIX ACLs (`system.posix_acl_access`, `_default`) are validated and
+//! enforced: see `super::acl` and [`crate::acl`]. An access ACL that says
+//! no more than the permission bits becomes a chmod, and an empty value a
+//! removal.
 
 use super::{AsCred, At, DentryRef, Vfs};
 use crate::cred::Cred;
@@ -49,53 +49,12 @@ impl Vfs {
         xattr::check_flags(flags)?;
         xattr::check_name(name)?;
         xattr::check_value(value)?;
-        if name == xattr::POSIX_ACL_ACCESS {
-            if value.is_empty() {
-                // No ACL: what removing it does, and no error if absent.
-                return match self.removexattr_dentry_as(cred, d, name) {
-                    Err(Errno::ENODATA) => Ok(()),
-                    r => r,
-                };
-            }
-            if let Some(bits) = xattr::acl_equiv_mode(value) {
-                return self.set_minimal_acl(cred, d, bits);
-            }
+        if name == xattr::POSIX_ACL_ACCESS || name == xattr::POSIX_ACL_DEFAULT {
+            return self.set_acl(cred, d, name, value, flags);
         }
         self.change_xattr(cred, d, name, |fs, ino| {
             fs.setxattr(ino, name, value, flags)
         })
-    }
-
-    /// An access ACL that only says what permission bits say: Linux
-    /// (`posix_acl_update_mode`) sets the mode and stores no ACL, so a
-    /// tool that copies a file's ACL (`cp --preserve=all`) leaves the same
-    /// attributes as on tmpfs. The caller must own the file (or have
-    /// CAP_FOWNER), as for any ACL; S_ISGID is dropped for a caller
-    /// outside the file's group without CAP_FSETID.
-    fn set_minimal_acl(&self, cred: &Cred, d: &DentryRef<'_>, bits: u16) -> Result<()> {
-        let name = xattr::POSIX_ACL_ACCESS;
-        let i = self.xattr_inode(d)?;
-        let p = i.perm();
-        xattr::permission(cred, p, name, true)?;
-        let mut perm = (p.mode as u16 & 0o7000) | bits;
-        if !cred.in_group(p.gid) && !cred.has(crate::cred::Caps::FSETID) {
-            perm &= !0o2000;
-        }
-        let set = crate::fs::SetAttr {
-            perm: Some(perm),
-            ..crate::fs::SetAttr::default()
-        };
-        let ctx = crate::fs::Ctx {
-            uid: cred.fsuid,
-            gid: cred.fsgid,
-        };
-        self.setattr_dentry(d, &set, ctx)?;
-        match self.sb().fs.removexattr(i.ino, name) {
-            Ok(()) | Err(Errno::ENODATA) | Err(Errno::EOPNOTSUPP) => {}
-            Err(e) => return Err(e),
-        }
-        self.refresh(i);
-        Ok(())
     }
 
     fn removexattr_dentry_as(&self, cred: &Cred, d: &DentryRef<'_>, name: &[u8]) -> Result<()> {
@@ -117,6 +76,9 @@ impl Vfs {
         xattr::resolve(name)?;
         let r = change(&*self.sb().fs, i.ino);
         if r.is_ok() {
+            if xattr::resolve(name) == Ok(xattr::Namespace::PosixAcl) {
+                self.sb().forget_acl(i);
+            }
             self.refresh(i);
         }
         r
