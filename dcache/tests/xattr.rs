@@ -253,14 +253,15 @@ fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
 }
 
 #[test]
-fn posix_acl_names_are_stored_not_enforced() {
+fn posix_acls_are_validated_and_enforced() {
     // user::rw-, user:1002:r--, group::r--, mask::r--, other::---
+    const U: u32 = u32::MAX;
     let ext = acl(&[
-        (1, 6, 0),
+        (1, 6, U),
         (2, 4, 1002),
-        (4, 4, 0),
-        (0x10, 4, 0),
-        (0x20, 0, 0),
+        (4, 4, U),
+        (0x10, 4, U),
+        (0x20, 0, U),
     ]);
     let vfs = Vfs::new(Arc::new(MemFs::with_root(0o755, 0, 0))).unwrap();
     let r = vfs.as_root();
@@ -280,10 +281,23 @@ fn posix_acl_names_are_stored_not_enforced() {
             .unwrap(),
         ext
     );
-    // Stored, not enforced: the mode is untouched.
-    assert_eq!(r.stat(At::Root, "f").unwrap().perm, 0o644);
+    // The mode shows the mask; the named user reads, others do not.
+    assert_eq!(r.stat(At::Root, "f").unwrap().perm, 0o640);
+    let carol = Cred::user(1002, 1002, &[]);
+    assert!(vfs.as_cred(&carol).open(At::Root, "f", 0, 0).is_ok());
     let bob = Cred::user(1001, 1001, &[]);
     let b = vfs.as_cred(&bob);
+    assert_eq!(b.open(At::Root, "f", 0, 0).unwrap_err(), Errno::EACCES);
+    // Malformed values are EINVAL, another version EOPNOTSUPP, a default
+    // ACL on a file EACCES.
+    for bad in [&b"\x02\0\0\0\x01\0"[..], &acl(&[(1, 6, U), (4, 4, U)])] {
+        let e = r.setxattr(At::Root, "f", b"system.posix_acl_access", bad, 0);
+        assert_eq!(e.unwrap_err(), Errno::EINVAL);
+    }
+    let e = r.setxattr(At::Root, "f", b"system.posix_acl_access", b"\x03\0\0\0", 0);
+    assert_eq!(e.unwrap_err(), Errno::EOPNOTSUPP);
+    let e = r.setxattr(At::Root, "f", b"system.posix_acl_default", &ext, 0);
+    assert_eq!(e.unwrap_err(), Errno::EACCES);
     // Anyone reads it; only the owner or CAP_FOWNER changes it.
     assert_eq!(
         b.getxattr(At::Root, "f", b"system.posix_acl_access")
