@@ -66,6 +66,10 @@ pub struct DcacheFs {
     /// Set once the session is mounted: what a thread asks the kernel to
     /// drop from its cache (never from a handler).
     inval: InvalSlot,
+    /// The kernel leaves the umask to us (FUSE_POSIX_ACL or FUSE_DONT_MASK
+    /// negotiated): creates carry the caller's umask, which the Vfs
+    /// applies unless the directory has a default ACL.
+    umask_here: bool,
 }
 
 /// Something the kernel's cache for this mount must drop, sent to it by the
@@ -136,6 +140,7 @@ impl DcacheFs {
             report: Arc::new(OnceLock::new()),
             poll: Arc::new(OnceLock::new()),
             inval,
+            umask_here: false,
         }
     }
 
@@ -182,6 +187,17 @@ impl DcacheFs {
             Caps::NONE
         };
         Cred::of_task(req.uid(), req.gid(), req.pid(), caps)
+    }
+
+    /// [`cred`](Self::cred) for a create, mkdir or mknod: with the
+    /// request's umask when the kernel left it to us.
+    fn create_cred(&self, req: &Request, umask: u32) -> Cred {
+        let cred = self.cred(req);
+        if self.umask_here {
+            cred.with_umask(umask as u16)
+        } else {
+            cred
+        }
     }
 
     /// Queue an invalidation of node `id`'s entry in its parent (sent by
@@ -293,8 +309,19 @@ impl Filesystem for DcacheFs {
         if self.core.vfs().backend().needs_revalidate() {
             want |= InitFlags::FUSE_AUTO_INVAL_DATA;
         }
+        // POSIX ACLs: with default_permissions the kernel checks them
+        // (reading them with GETXATTR) and leaves the umask and the mode
+        // sync to us; without, dcache checks them and the kernel need only
+        // leave the umask to us, so default ACLs replace it as on tmpfs.
+        want |= if self.cfg.check_permissions {
+            InitFlags::FUSE_DONT_MASK
+        } else {
+            InitFlags::FUSE_POSIX_ACL
+        };
         // Ask only for what this kernel offers.
-        let _ = config.add_capabilities(want & config.capabilities());
+        let got = want & config.capabilities();
+        self.umask_here = got.intersects(InitFlags::FUSE_DONT_MASK | InitFlags::FUSE_POSIX_ACL);
+        let _ = config.add_capabilities(got);
         Ok(())
     }
 
@@ -398,14 +425,18 @@ impl Filesystem for DcacheFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self
-            .core
-            .mknod(&self.cred(req), node(parent), name.as_bytes(), mode, rdev);
+        let r = self.core.mknod(
+            &self.create_cred(req, umask),
+            node(parent),
+            name.as_bytes(),
+            mode,
+            rdev,
+        );
         self.reply_entry(reply, r);
     }
 
@@ -415,13 +446,16 @@ impl Filesystem for DcacheFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         self.touch();
-        let r = self
-            .core
-            .mkdir(&self.cred(req), node(parent), name.as_bytes(), mode);
+        let r = self.core.mkdir(
+            &self.create_cred(req, umask),
+            node(parent),
+            name.as_bytes(),
+            mode,
+        );
         self.reply_entry(reply, r);
     }
 
@@ -687,15 +721,18 @@ impl Filesystem for DcacheFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         self.touch();
-        match self
-            .core
-            .create(&self.cred(req), node(parent), name.as_bytes(), mode, flags)
-        {
+        match self.core.create(
+            &self.create_cred(req, umask),
+            node(parent),
+            name.as_bytes(),
+            mode,
+            flags,
+        ) {
             // fuser sends one timeout for the name and the attributes.
             Ok((e, fh)) => reply.created(
                 &self.entry_ttl(e.open_parent).min(self.cfg.timeouts.attr),
