@@ -66,7 +66,7 @@ pub struct DcacheFs {
     /// Set once the session is mounted: what a thread asks the kernel to
     /// drop from its cache (never from a handler).
     inval: InvalSlot,
-    /// The kernel leaves the umask to us (FUSE_POSIX_ACL or FUSE_DONT_MASK
+    /// The kernel leaves the umask to us (FUSE_POSIX_ACL and FUSE_DONT_MASK
     /// negotiated): creates carry the caller's umask, which the Vfs
     /// applies unless the directory has a default ACL.
     umask_here: bool,
@@ -309,18 +309,15 @@ impl Filesystem for DcacheFs {
         if self.core.vfs().backend().needs_revalidate() {
             want |= InitFlags::FUSE_AUTO_INVAL_DATA;
         }
-        // POSIX ACLs: with default_permissions the kernel checks them
-        // (reading them with GETXATTR) and leaves the umask and the mode
-        // sync to us; without, dcache checks them and the kernel need only
-        // leave the umask to us, so default ACLs replace it as on tmpfs.
-        want |= if self.cfg.check_permissions {
-            InitFlags::FUSE_DONT_MASK
-        } else {
-            InitFlags::FUSE_POSIX_ACL
-        };
+        // POSIX ACLs: FUSE_POSIX_ACL makes the kernel check them with
+        // default_permissions (reading them with GETXATTR; dcache checks
+        // them without) and stop the VFS's umask; FUSE_DONT_MASK stops
+        // FUSE's own. Both are needed for the umask to reach us with each
+        // create, so that a default ACL replaces it as on tmpfs.
+        want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
         // Ask only for what this kernel offers.
         let got = want & config.capabilities();
-        self.umask_here = got.intersects(InitFlags::FUSE_DONT_MASK | InitFlags::FUSE_POSIX_ACL);
+        self.umask_here = got.contains(InitFlags::FUSE_DONT_MASK | InitFlags::FUSE_POSIX_ACL);
         let _ = config.add_capabilities(got);
         Ok(())
     }
