@@ -67,10 +67,8 @@ impl Vfs {
         };
         match parent.inode() {
             Some(i) if i.kind() == FileType::Directory => {
-                if !name.is_empty() {
-                    if !permission::search_for_all(i.mode_word()) {
-                        self.inode_permission(cred, i, MAY_EXEC)?;
-                    }
+                if !name.is_empty() && !permission::search_for_all(i.mode_word()) {
+                    self.inode_permission(cred, i, MAY_EXEC)?;
                 }
                 Ok((parent, name, trailing))
             }
