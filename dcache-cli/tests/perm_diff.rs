@@ -60,15 +60,44 @@ struct Entry {
     perm: u16,
     uid: u32,
     gid: u32,
+    /// Its access ACL and default ACL (`setfacl` short text; empty: none),
+    /// set after the mode (which the access ACL then rewrites).
+    acl: &'static str,
+    dacl: &'static str,
 }
+
+/// Files and directories with ACLs: (name, is a directory, owner, group,
+/// access ACL, default ACL). Named users and groups, the mask hiding
+/// what they were given, search through a named entry, default ACLs.
+#[rustfmt::skip]
+const ACLS: [(&str, bool, u32, u32, &str, &str); 5] = [
+    ("a_named", false, 1000, 100, "u::rw-,u:1001:r--,u:1002:rw-,g::---,g:300:r--,m::rw-,o::---", ""),
+    ("a_masked", false, 1000, 100, "u::rw-,u:1001:rw-,g::r--,g:200:rw-,m::r--,o::---", ""),
+    ("a_other", false, 1001, 300, "u::---,u:1000:---,g::r--,m::rw-,o::rw-", ""),
+    ("e_search", true, 1000, 100, "u::rwx,u:1001:--x,u:1002:rwx,g::---,m::rwx,o::---", ""),
+    ("e_default", true, 0, 0, "u::rwx,u:1001:rwx,u:1002:r-x,g::r-x,m::rwx,o::r-x",
+     "u::rwx,u:1001:rwx,u:1002:r--,g::r-x,g:200:rwx,m::rwx,o::---"),
+];
 
 /// The full tree: each directory `dMODE` holds a file `x` and an empty
 /// directory `sub` of its owner; the sticky one also files and a directory
 /// of other users; top-level files `fMODE_UID_GID` (3 bytes each).
 fn tree() -> Vec<Entry> {
     #[rustfmt::skip]
-    let e = |path: String, dir, perm, uid, gid| Entry { path, dir, perm, uid, gid };
+    let e = |path: String, dir, perm, uid, gid| Entry { path, dir, perm, uid, gid, acl: "", dacl: "" };
     let mut t = Vec::new();
+    for (name, dir, uid, gid, acl, dacl) in ACLS {
+        let perm = if dir { 0o755 } else { 0o644 };
+        if dir {
+            t.push(e(format!("{name}/x"), false, 0o644, uid, gid));
+            t.push(e(format!("{name}/sub"), true, 0o755, uid, gid));
+        }
+        t.push(Entry {
+            acl,
+            dacl,
+            ..e(name.into(), dir, perm, uid, gid)
+        });
+    }
     for (m, u, g) in DIRS {
         let d = format!("d{m:04o}");
         t.push(e(format!("{d}/x"), false, 0o644, u, g));
@@ -92,13 +121,22 @@ fn tree() -> Vec<Entry> {
 fn files() -> Vec<String> {
     tree()
         .into_iter()
-        .filter(|e| e.path.starts_with('f'))
+        .filter(|e| e.path.starts_with('f') || e.path.starts_with("a_"))
         .map(|e| e.path)
         .collect()
 }
 
 fn dirs() -> Vec<String> {
-    DIRS.iter().map(|d| format!("d{:04o}", d.0)).collect()
+    let acl_dirs = ACLS.iter().filter(|a| a.1).map(|a| a.0.to_string());
+    DIRS.iter()
+        .map(|d| format!("d{:04o}", d.0))
+        .chain(acl_dirs)
+        .collect()
+}
+
+/// An ACL's xattr value.
+fn acl_value(text: &str) -> Vec<u8> {
+    dcache::acl::PosixAcl::from_text(text).unwrap().to_xattr()
 }
 
 #[rustfmt::skip]
@@ -266,8 +304,29 @@ fn build_kernel(base: &Path, pre: &str, o: &Op, t: &[Entry]) {
         }
         std::os::unix::fs::chown(&p, Some(e.uid), Some(e.gid)).unwrap();
         std::fs::set_permissions(&p, PermissionsExt::from_mode(e.perm as u32)).unwrap();
+        for (name, text) in [(ACL_ACCESS, e.acl), (ACL_DEFAULT, e.dacl)] {
+            if text.is_empty() {
+                continue;
+            }
+            let (c, v) = (cstr(&top, &e.path), acl_value(text));
+            // SAFETY: NUL-terminated path and name, a value of its length.
+            let r = unsafe {
+                libc::setxattr(
+                    c.as_ptr(),
+                    name.as_ptr().cast(),
+                    v.as_ptr().cast(),
+                    v.len(),
+                    0,
+                )
+            };
+            assert_eq!(r, 0, "setxattr {}", e.path);
+        }
     }
 }
+
+/// The ACL names, NUL-terminated for libc.
+const ACL_ACCESS: &[u8] = b"system.posix_acl_access\0";
+const ACL_DEFAULT: &[u8] = b"system.posix_acl_default\0";
 
 /// The same through the library, as root.
 fn build_lib(v: &AsCred, pre: &str, o: &Op, t: &[Entry]) {
@@ -288,6 +347,12 @@ fn build_lib(v: &AsCred, pre: &str, o: &Op, t: &[Entry]) {
             ..SetAttr::default()
         };
         v.setattr(At::Root, &p, &set).unwrap();
+        for (name, text) in [(ACL_ACCESS, e.acl), (ACL_DEFAULT, e.dacl)] {
+            if !text.is_empty() {
+                let name = &name[..name.len() - 1];
+                v.setxattr(At::Root, &p, name, &acl_value(text), 0).unwrap();
+            }
+        }
     }
 }
 
@@ -417,16 +482,57 @@ fn errname(e: i32) -> String {
     }
 }
 
-/// What root sees at a target: mode, owner, group, size, is a directory.
-type After = Option<Result<(u16, u32, u32, u64, bool), i32>>;
+/// What root sees at a target: mode, owner, group, size, is a directory,
+/// and its access and default ACLs (hex; empty for none).
+type After = Option<Result<(u16, u32, u32, u64, bool, String), i32>>;
+
+/// The ACLs of `p` with the kernel's calls, as `outcome` shows them.
+fn kernel_acls(p: &Path) -> String {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut out = String::new();
+    for name in [ACL_ACCESS, ACL_DEFAULT] {
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: NUL-terminated path and name; a buffer of its length.
+        let n = unsafe {
+            libc::lgetxattr(
+                c.as_ptr(),
+                name.as_ptr().cast(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        buf.truncate(n.max(0) as usize);
+        out += &hex(&buf);
+        out += "/";
+    }
+    out
+}
+
+/// The same through the library.
+fn lib_acls(v: &AsCred, p: &str) -> String {
+    let mut out = String::new();
+    for name in [ACL_ACCESS, ACL_DEFAULT] {
+        let name = &name[..name.len() - 1];
+        out += &hex(&v.lgetxattr(At::Root, p, name).unwrap_or_default());
+        out += "/";
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
 
 /// An outcome: the errno, then what root sees at the target afterwards.
 fn outcome(e: i32, after: After) -> String {
     let mut s = errname(e);
     match after {
-        Some(Ok((perm, uid, gid, size, dir))) => {
+        Some(Ok((perm, uid, gid, size, dir, acls))) => {
             let size = if dir { 0 } else { size }; // tmpfs and memfs differ
             s += &format!(" [{perm:04o} {uid}:{gid} s{size}]");
+            if acls != "//" {
+                s += &format!(" acl {acls}");
+            }
         }
         Some(Err(e)) => s += &format!(" [{}]", errname(e)),
         None => {}
@@ -470,6 +576,7 @@ fn run_kernel(base: &Path, cases: &[(User, Op)]) -> Vec<String> {
                     m.gid(),
                     m.size(),
                     m.is_dir(),
+                    kernel_acls(&base.join(p)),
                 )),
                 Err(e) => Err(e.raw_os_error().unwrap()),
             });
@@ -496,7 +603,7 @@ fn run_lib(cases: &[(User, Op)], as_root: bool) -> Vec<String> {
             r.lstat(At::Root, p)
                 .map(|a| {
                     let dir = a.kind == dcache::fs::FileType::Directory;
-                    (a.perm, a.uid, a.gid, a.size, dir)
+                    (a.perm, a.uid, a.gid, a.size, dir, lib_acls(&r, p))
                 })
                 .map_err(Errno::raw)
         });

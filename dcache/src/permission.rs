@@ -255,13 +255,26 @@ pub fn mode_strip_sgid(cred: &Cred, dir: Perm, perm: u16) -> u16 {
 /// is not set-user-ID, nor set-group-ID and group-executable, and that
 /// they may read and write.
 pub fn may_hardlink(cred: &Cred, p: Perm, regular: bool) -> bool {
+    may_hardlink_by(cred, p, regular, || {
+        generic_permission(cred, p, MAY_READ | MAY_WRITE).is_ok()
+    })
+}
+
+/// [`may_hardlink`] with the read and write check made by `may_rw` (the
+/// Vfs's, which reads an ACL).
+pub(crate) fn may_hardlink_by(
+    cred: &Cred,
+    p: Perm,
+    regular: bool,
+    may_rw: impl FnOnce() -> bool,
+) -> bool {
     if owner_or_capable(cred, p.uid) {
         return true;
     }
     regular
         && p.mode & S_ISUID == 0
         && p.mode & (S_ISGID | S_IXGRP) != S_ISGID | S_IXGRP
-        && generic_permission(cred, p, MAY_READ | MAY_WRITE).is_ok()
+        && may_rw()
 }
 
 /// Setting times: to now needs ownership or write permission (EACCES),

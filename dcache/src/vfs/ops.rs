@@ -287,7 +287,11 @@ impl Vfs {
         let kind = inode.kind();
         let pre = || {
             let p = inode.perm();
-            if !permission::may_hardlink(cred, p, kind == FileType::Regular) {
+            let rw = || {
+                self.inode_permission(cred, inode, MAY_READ | MAY_WRITE)
+                    .is_ok()
+            };
+            if !permission::may_hardlink_by(cred, p, kind == FileType::Regular, rw) {
                 return Err(Errno::EPERM);
             }
             Ok(())
@@ -643,10 +647,11 @@ impl Vfs {
         let explicit =
             matches!(set.atime, Some(SetTime::At(_))) || matches!(set.mtime, Some(SetTime::At(_)));
         if set.atime.is_some() || set.mtime.is_some() {
-            match permission::utimes(cred, p, explicit) {
-                // To now: write permission, which an ACL may grant.
-                Err(Errno::EACCES) => self.inode_permission(cred, i, MAY_WRITE)?,
-                r => r?,
+            if explicit || permission::owner_or_capable(cred, p.uid) {
+                permission::utimes(cred, p, explicit)?;
+            } else {
+                // To now, not the owner: write permission, ACL included.
+                self.inode_permission(cred, i, MAY_WRITE)?;
             }
         }
         if set.size.is_some() && set.perm.is_none() {
