@@ -127,6 +127,20 @@ pub fn resolve(name: &[u8]) -> Result<Namespace> {
 ///   the inode (EACCES).
 /// - anything else: read or write permission on the inode.
 pub fn permission(cred: &Cred, p: Perm, name: &[u8], write: bool) -> Result<()> {
+    permission_by(cred, p, name, write, |mask| {
+        generic_permission(cred, p, mask)
+    })
+}
+
+/// [`permission`] with the final read or write check on the inode made by
+/// `check` (the Vfs's, which reads the inode's ACL).
+pub(crate) fn permission_by(
+    cred: &Cred,
+    p: Perm,
+    name: &[u8],
+    write: bool,
+    check: impl FnOnce(u32) -> Result<()>,
+) -> Result<()> {
     let mask = if write {
         MAY_WRITE
     } else {
@@ -163,7 +177,7 @@ pub fn permission(cred: &Cred, p: Perm, name: &[u8], write: bool) -> Result<()> 
             return Err(Errno::EPERM);
         }
     }
-    generic_permission(cred, p, mask)
+    check(mask)
 }
 
 /// Whether `cred` sees `name` in a listing: `trusted.*` names only with

@@ -288,6 +288,13 @@ fn posix_acls_are_validated_and_enforced() {
     let bob = Cred::user(1001, 1001, &[]);
     let b = vfs.as_cred(&bob);
     assert_eq!(b.open(At::Root, "f", 0, 0).unwrap_err(), Errno::EACCES);
+    // user.* attributes follow the ACL too.
+    r.setxattr(At::Root, "f", b"user.color", b"blue", 0).unwrap();
+    let c = vfs.as_cred(&carol);
+    assert_eq!(c.getxattr(At::Root, "f", b"user.color").unwrap(), b"blue");
+    let e = b.getxattr(At::Root, "f", b"user.color");
+    assert_eq!(e.unwrap_err(), Errno::EACCES);
+    r.removexattr(At::Root, "f", b"user.color").unwrap();
     // Malformed values are EINVAL, another version EOPNOTSUPP, a default
     // ACL on a file EACCES.
     for bad in [&b"\x02\0\0\0\x01\0"[..], &acl(&[(1, 6, U), (4, 4, U)])] {

@@ -28,7 +28,9 @@ impl Vfs {
     fn getxattr_dentry_as(&self, cred: &Cred, d: &DentryRef<'_>, name: &[u8]) -> Result<Vec<u8>> {
         xattr::check_name(name)?;
         let i = self.xattr_inode(d)?;
-        xattr::permission(cred, i.perm(), name, false)?;
+        xattr::permission_by(cred, i.perm(), name, false, |m| {
+            self.inode_permission(cred, i, m)
+        })?;
         xattr::resolve(name)?;
         let mut value = Vec::new();
         self.sb().fs.getxattr(i.ino, name, &mut value)?;
@@ -72,7 +74,9 @@ impl Vfs {
         change: impl FnOnce(&dyn crate::fs::FileSystem, crate::fs::Ino) -> Result<()>,
     ) -> Result<()> {
         let i = self.xattr_inode(d)?;
-        xattr::permission(cred, i.perm(), name, true)?;
+        xattr::permission_by(cred, i.perm(), name, true, |m| {
+            self.inode_permission(cred, i, m)
+        })?;
         xattr::resolve(name)?;
         let r = change(&*self.sb().fs, i.ino);
         if r.is_ok() {
