@@ -189,6 +189,20 @@ impl DcacheFs {
         Cred::of_task(req.uid(), req.gid(), req.pid(), caps)
     }
 
+    /// Whether the backend can hold POSIX ACLs: it answers `getxattr` of
+    /// the root's access ACL with something other than EOPNOTSUPP.
+    fn backend_has_acls(&self) -> bool {
+        let vfs = self.core.vfs();
+        let Some(root) = vfs.root().inode().map(|i| i.ino()) else {
+            return false;
+        };
+        let mut v = Vec::new();
+        let r = vfs
+            .backend()
+            .getxattr(root, dcache::xattr::POSIX_ACL_ACCESS, &mut v);
+        !matches!(r, Err(Errno::EOPNOTSUPP | Errno::ENOSYS))
+    }
+
     /// [`cred`](Self::cred) for a create, mkdir or mknod: with the
     /// request's umask when the kernel left it to us.
     fn create_cred(&self, req: &Request, umask: u32) -> Cred {
@@ -314,7 +328,12 @@ impl Filesystem for DcacheFs {
         // them without) and stop the VFS's umask; FUSE_DONT_MASK stops
         // FUSE's own. Both are needed for the umask to reach us with each
         // create, so that a default ACL replaces it as on tmpfs.
-        want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        // Only for a backend that keeps attributes: Linux gives a
+        // filesystem without them no ACLs (and its kernel would fail every
+        // check that reads one with the backend's EOPNOTSUPP).
+        if self.backend_has_acls() {
+            want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        }
         // Ask only for what this kernel offers.
         let got = want & config.capabilities();
         self.umask_here = got.contains(InitFlags::FUSE_DONT_MASK | InitFlags::FUSE_POSIX_ACL);
