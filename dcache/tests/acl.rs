@@ -44,9 +44,14 @@ fn search_through_an_acl_and_its_cache() {
         r.create(At::Root, "d/x", 0o644).unwrap();
         let (alice, bob) = (Cred::user(1001, 1001, &[]), Cred::user(1002, 1002, &[]));
         let (a, b) = (vfs.as_cred(&alice), vfs.as_cred(&bob));
-        assert_eq!(a.stat(At::Root, "d/x").unwrap_err(), Errno::EACCES, "{what}");
+        assert_eq!(
+            a.stat(At::Root, "d/x").unwrap_err(),
+            Errno::EACCES,
+            "{what}"
+        );
         let grant = acl("u::rwx,u:1001:--x,g::r-x,m::r-x,o::---");
-        r.setxattr(At::Root, "d", POSIX_ACL_ACCESS, &grant, 0).unwrap();
+        r.setxattr(At::Root, "d", POSIX_ACL_ACCESS, &grant, 0)
+            .unwrap();
         // Many times: the first walks read the ACL, the rest use the cache.
         for _ in 0..3 {
             assert!(a.stat(At::Root, "d/x").is_ok(), "{what}");
@@ -59,7 +64,11 @@ fn search_through_an_acl_and_its_cache() {
             ..SetAttr::default()
         };
         r.setattr(At::Root, "d", &set).unwrap();
-        assert_eq!(a.stat(At::Root, "d/x").unwrap_err(), Errno::EACCES, "{what}");
+        assert_eq!(
+            a.stat(At::Root, "d/x").unwrap_err(),
+            Errno::EACCES,
+            "{what}"
+        );
         let now = r.getxattr(At::Root, "d", POSIX_ACL_ACCESS).unwrap();
         assert_eq!(now, acl("u::rwx,u:1001:--x,g::r-x,m::r--,o::---"), "{what}");
         // Replacing the ACL takes effect at once.
@@ -70,12 +79,21 @@ fn search_through_an_acl_and_its_cache() {
         r.setattr(At::Root, "d", &set).unwrap();
         assert!(a.stat(At::Root, "d/x").is_ok(), "{what}");
         let deny = acl("u::rwx,u:1002:--x,g::r-x,m::r-x,o::---");
-        r.setxattr(At::Root, "d", POSIX_ACL_ACCESS, &deny, 0).unwrap();
-        assert_eq!(a.stat(At::Root, "d/x").unwrap_err(), Errno::EACCES, "{what}");
+        r.setxattr(At::Root, "d", POSIX_ACL_ACCESS, &deny, 0)
+            .unwrap();
+        assert_eq!(
+            a.stat(At::Root, "d/x").unwrap_err(),
+            Errno::EACCES,
+            "{what}"
+        );
         assert!(b.stat(At::Root, "d/x").is_ok(), "{what}");
         // Removing it: the mode alone again.
         r.removexattr(At::Root, "d", POSIX_ACL_ACCESS).unwrap();
-        assert_eq!(b.stat(At::Root, "d/x").unwrap_err(), Errno::EACCES, "{what}");
+        assert_eq!(
+            b.stat(At::Root, "d/x").unwrap_err(),
+            Errno::EACCES,
+            "{what}"
+        );
     }
 }
 
@@ -100,7 +118,9 @@ fn default_acls_replace_the_umask() {
         assert_eq!(r.stat(At::Root, "inherit/s").unwrap().perm, 0o770, "{what}");
         let fa = r.getxattr(At::Root, "inherit/f", POSIX_ACL_ACCESS).unwrap();
         assert_eq!(fa, acl("u::rw-,u:1001:rwx,g::r-x,m::rw-,o::---"), "{what}");
-        let sd = r.getxattr(At::Root, "inherit/s", POSIX_ACL_DEFAULT).unwrap();
+        let sd = r
+            .getxattr(At::Root, "inherit/s", POSIX_ACL_DEFAULT)
+            .unwrap();
         assert_eq!(sd, d, "{what}");
         // uid 1001 may write the file through its inherited entry.
         let alice = Cred::user(1001, 1001, &[]);

@@ -289,7 +289,8 @@ fn posix_acls_are_validated_and_enforced() {
     let b = vfs.as_cred(&bob);
     assert_eq!(b.open(At::Root, "f", 0, 0).unwrap_err(), Errno::EACCES);
     // user.* attributes follow the ACL too.
-    r.setxattr(At::Root, "f", b"user.color", b"blue", 0).unwrap();
+    r.setxattr(At::Root, "f", b"user.color", b"blue", 0)
+        .unwrap();
     let c = vfs.as_cred(&carol);
     assert_eq!(c.getxattr(At::Root, "f", b"user.color").unwrap(), b"blue");
     let e = b.getxattr(At::Root, "f", b"user.color");
