@@ -130,3 +130,38 @@ fn default_acls_replace_the_umask() {
         assert!(f.is_ok(), "{what}");
     }
 }
+
+/// A host-side ACL change under a passthrough is seen once the file's
+/// attributes are revalidated (a stat: its ctime moved), as a host-side
+/// chmod is.
+#[test]
+fn host_acl_changes_reach_the_cache() {
+    if !is_root() {
+        println!("SKIPPED host_acl_changes_reach_the_cache: needs root");
+        return;
+    }
+    let (_, vfs, dir) = backends().pop().unwrap();
+    let host = dir.unwrap();
+    let r = vfs.as_root();
+    r.create(At::Root, "f", 0o600).unwrap();
+    let alice = Cred::user(1001, 1001, &[]);
+    let a = vfs.as_cred(&alice);
+    assert_eq!(a.open(At::Root, "f", 0, 0).unwrap_err(), Errno::EACCES);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let grant = acl("u::rw-,u:1001:r--,g::---,m::r--,o::---");
+    let p = std::ffi::CString::new(host.path().join("f").to_str().unwrap()).unwrap();
+    let name = std::ffi::CString::new(POSIX_ACL_ACCESS).unwrap();
+    // SAFETY: NUL-terminated strings and a value of its length.
+    let rc = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            grant.as_ptr().cast(),
+            grant.len(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(r.stat(At::Root, "f").unwrap().perm, 0o640);
+    assert!(a.open(At::Root, "f", 0, 0).is_ok());
+}

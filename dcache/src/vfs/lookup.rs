@@ -140,6 +140,11 @@ impl Vfs {
         let a = self.sb().fs.getattr(inode.ino)?;
         if a != cached && a.kind == inode.kind() {
             inode.set_attr(&a);
+            if a.ctime != cached.ctime {
+                // Changed underneath (a host's setfacl moves the ctime
+                // too): read its ACL again.
+                self.sb().forget_acl(inode);
+            }
         }
         Ok(a)
     }
