@@ -13,6 +13,9 @@ use super::client::get;
 use super::{Change, Inner};
 use crate::codec::{decode_u64, Rec, ROOT_INO};
 
+/// The largest watch response taken (see `watch_loop`).
+const WATCH_MESSAGE_MAX: usize = 1 << 30;
+
 impl Inner {
     pub(super) async fn heartbeat_loop(self: Arc<Inner>) {
         let key = self.keys.heartbeat(&self.client_id);
@@ -44,7 +47,14 @@ impl Inner {
             }
             first = false;
             let start = self.cache.watched.load(Ordering::Acquire) + 1;
-            let mut wc = self.client.watch_client();
+            // A response catching up on many revisions carries every
+            // record they put, attributes included (up to 1000 revisions
+            // of ~200 KiB records): past tonic's 4 MiB default, the stream
+            // would fail on it again at every restart.
+            let mut wc = self
+                .client
+                .watch_client()
+                .max_decoding_message_size(WATCH_MESSAGE_MAX);
             let opts = WatchOptions::new()
                 .with_range(self.keys.watched_end())
                 .with_start_revision(start);
