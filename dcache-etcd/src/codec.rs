@@ -290,13 +290,18 @@ impl Rec {
             v.extend_from_slice(&self.target);
             return v;
         }
-        // Lengths fit: a target is under PATH_MAX, a name at most 255
-        // bytes, a value at most 64 KiB (`crate::xattr::set` checks).
+        // A target is under PATH_MAX. `crate::xattr::set` makes only
+        // names of 1 to 255 bytes and values of at most 64 KiB; an entry
+        // put in by hand that the format cannot hold is left out.
+        let fits = |(n, v): &(&Vec<u8>, &Vec<u8>)| {
+            (1..=u8::MAX as usize).contains(&n.len()) && u32::try_from(v.len()).is_ok()
+        };
         v.extend_from_slice(&(self.target.len() as u32).to_le_bytes());
         v.extend_from_slice(&self.target);
-        v.extend_from_slice(&(self.xattrs.len() as u32).to_le_bytes());
-        for (name, value) in self.xattrs.iter() {
-            v.push(name.len().min(u8::MAX as usize) as u8);
+        let count = self.xattrs.iter().filter(fits).count();
+        v.extend_from_slice(&(count as u32).to_le_bytes());
+        for (name, value) in self.xattrs.iter().filter(fits) {
+            v.push(name.len() as u8);
             v.extend_from_slice(&(value.len() as u32).to_le_bytes());
             v.extend_from_slice(name);
             v.extend_from_slice(value);
@@ -502,6 +507,12 @@ mod tests {
         bad[at + 4] = 0;
         assert_eq!(Rec::decode(&bad), Err(Errno::EIO));
         assert_eq!(Rec::decode(b"\x03"), Err(Errno::EIO));
+        // Entries the format cannot hold are left out, never corrupt it.
+        let mut odd = r.clone();
+        let x = Arc::make_mut(&mut odd.xattrs);
+        x.insert(Vec::new(), b"v".to_vec());
+        x.insert(vec![b'n'; 256], b"v".to_vec());
+        assert_eq!(Rec::decode(&odd.encode()).unwrap(), r);
     }
 
     #[test]
