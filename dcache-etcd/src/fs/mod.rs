@@ -405,8 +405,8 @@ impl FileSystem for EtcdFs {
     /// client's change shows within the staleness bound, as for
     /// `getattr`), else from etcd.
     fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
-        let rec = self.block(self.inner.current_rec(ino))?;
-        let v = rec.xattrs.get(name).ok_or(Errno::ENODATA)?;
+        let x = self.xattrs_of(ino)?;
+        let v = x.get(name).ok_or(Errno::ENODATA)?;
         value.clear();
         value.extend_from_slice(v);
         Ok(())
@@ -420,8 +420,8 @@ impl FileSystem for EtcdFs {
     }
 
     fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
-        let rec = self.block(self.inner.current_rec(ino))?;
-        crate::xattr::list(&rec.xattrs, list);
+        let x = self.xattrs_of(ino)?;
+        crate::xattr::list(&x, list);
         Ok(())
     }
 

@@ -19,9 +19,22 @@ use std::sync::Arc;
 use dcache::{Errno, Ino, Result, Timespec};
 
 use super::client::{put, rec_of, same, Outcome};
-use super::Inner;
+use super::{EtcdFs, Inner};
 use crate::codec::Rec;
 use crate::xattr::Xattrs;
+
+impl EtcdFs {
+    /// The extended attributes of `ino`: the mirror's (shared, nothing
+    /// copied, no runtime entered) while the watch is current, else read
+    /// from etcd.
+    pub(super) fn xattrs_of(&self, ino: Ino) -> Result<Arc<Xattrs>> {
+        let i = &self.inner;
+        if let Some(x) = i.cache.xattrs(ino) {
+            return Ok(x);
+        }
+        self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.xattrs) })
+    }
+}
 
 impl Inner {
     /// The record of `ino`: the mirror's while the watch is current, else
