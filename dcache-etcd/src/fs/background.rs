@@ -13,7 +13,10 @@ use super::client::get;
 use super::{Change, Inner};
 use crate::codec::{decode_u64, Rec, ROOT_INO};
 
-/// The largest watch response taken (see `watch_loop`).
+/// The largest watch response taken (see `watch_loop`). etcd batches at
+/// most 1000 revisions into one catch-up response; a revision puts at
+/// most four inode records (a rename's) of at most 133 KiB each, plus
+/// small entry keys: under 600 MiB.
 const WATCH_MESSAGE_MAX: usize = 1 << 30;
 
 impl Inner {
@@ -48,9 +51,9 @@ impl Inner {
             first = false;
             let start = self.cache.watched.load(Ordering::Acquire) + 1;
             // A response catching up on many revisions carries every
-            // record they put, attributes included (up to 1000 revisions
-            // of ~200 KiB records): past tonic's 4 MiB default, the stream
-            // would fail on it again at every restart.
+            // record they put, attributes included: past tonic's 4 MiB
+            // default, the stream would fail on it at every restart and
+            // the watch would never be current again.
             let mut wc = self
                 .client
                 .watch_client()
