@@ -2,8 +2,8 @@
 //! `Vfs` with Linux's errnos and flags, 64 KiB values and the per-inode
 //! limit (ENOSPC), the attributes surviving every other inode change,
 //! the record format (version 1 while an inode has none), POSIX ACL
-//! values stored as given, and two clients seeing each other's changes
-//! and racing on one name.
+//! values stored as given, two clients seeing each other's changes and
+//! racing on one name, and a watch catching up on many large records.
 //!
 //! Each test starts its own etcd on 127.0.0.1; without the `etcd`
 //! binary it prints one SKIPPED line and passes.
