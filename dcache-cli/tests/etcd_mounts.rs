@@ -1,7 +1,8 @@
 //! Two FUSE mounts of one etcd namespace: mount A is a `dcache mount
 //! --backend etcd:...` daemon, mount B is served by this process through
 //! the library (`dcache_fuse::mount` of an `EtcdFs`). A create, write,
-//! rename, chmod, link and unlink made through A must be seen through B
+//! rename, chmod, setxattr, removexattr, link and unlink made through A
+//! must be seen through B
 //! within a bounded wait; then 1000 changes measure the propagation time
 //! (A's call returned → B's `stat` shows it), printed as p50/p99.
 //!
@@ -62,6 +63,45 @@ fn nlink(p: &Path) -> Option<u64> {
     std::fs::symlink_metadata(p).ok().map(|m| m.nlink())
 }
 
+fn cpath(p: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// `setxattr(2)` of `p`'s attribute `name`; panics on failure.
+fn xset(p: &Path, name: &str, value: &[u8]) {
+    let (path, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated path and name; `value` is a live slice.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+/// `getxattr(2)` of `p`'s attribute `name` (at most 4 KiB); `None` if it
+/// fails.
+fn xget(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let (path, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path and name; `buf` holds its length.
+    let r = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    buf.truncate(usize::try_from(r).ok()?);
+    Some(buf)
+}
+
 fn pct(v: &mut [Duration], p: usize) -> Duration {
     v.sort();
     v[(v.len() * p / 100).min(v.len() - 1)]
@@ -98,6 +138,22 @@ fn two_mounts_on_one_etcd() {
     });
     std::fs::set_permissions(pa.join("f2"), std::fs::Permissions::from_mode(0o600)).unwrap();
     seen("chmod", || mode(&pb.join("f2")) == Some(0o600));
+    // The kernel caches no attribute values: B's daemon answers from its
+    // mirror of the inode record, which A's change reaches by the watch.
+    assert_eq!(xget(&pb.join("f2"), "user.tag"), None);
+    xset(&pa.join("f2"), "user.tag", b"from A");
+    seen("setxattr", || {
+        xget(&pb.join("f2"), "user.tag").is_some_and(|v| v == b"from A")
+    });
+    xset(&pa.join("f2"), "user.tag", b"changed");
+    seen("setxattr again", || {
+        xget(&pb.join("f2"), "user.tag").is_some_and(|v| v == b"changed")
+    });
+    let (path, name) = (cpath(&pa.join("f2")), c"user.tag");
+    // SAFETY: NUL-terminated path and name.
+    let r = unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) };
+    assert_eq!(r, 0, "removexattr: {}", std::io::Error::last_os_error());
+    seen("removexattr", || xget(&pb.join("f2"), "user.tag").is_none());
     std::fs::hard_link(pa.join("f2"), pa.join("f3")).unwrap();
     seen("link", || {
         nlink(&pb.join("f3")) == Some(2) && nlink(&pb.join("f2")) == Some(2)

@@ -3,15 +3,16 @@
 //! different umasks) and reads and writes by uid 65534 that only an ACL
 //! entry allows (a named user on a 0600 file, a named user's search on a
 //! 0700 directory, a named group, the mask after `chmod`) runs on a tmpfs
-//! directory and on memfs and passthrough mounts, with the kernel checking
-//! permissions (FUSE_POSIX_ACL) and with `no_default_permissions` (dcache
-//! checks), both `-o allow_other`; every output, exit status and mode must
+//! directory and on memfs, passthrough and etcd mounts, with the kernel
+//! checking permissions (FUSE_POSIX_ACL) and with `no_default_permissions`
+//! (dcache checks), both `-o allow_other`; every output, exit status and mode must
 //! match. `rsync -aHAX` and `cp -a --preserve=all` copy a tree with access
 //! and default ACLs into a mount and back, `getfacl -R` equal to the
 //! source's.
 //!
-//! Without `setfacl`/`getfacl` (Debian's `acl`) each test prints one line
-//! containing SKIPPED and passes; without usable FUSE, a SKIP line.
+//! Without `setfacl`/`getfacl` (Debian's `acl`), or `etcd` for the etcd
+//! tests, each test prints one line containing SKIPPED and passes (the
+//! etcd ones fail under CI); without usable FUSE, a SKIP line.
 
 mod fuse_common;
 
@@ -19,6 +20,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use dcache_bench::etcd::{etcd_binary, EtcdServer};
 use fuse_common::*;
 
 fn have(tool: &str) -> bool {
@@ -114,22 +116,55 @@ fn same(what: &str, got: &[String], want: &[String]) {
     }
 }
 
-fn mount_spec(backend: &str, host: &Path) -> String {
-    match backend {
-        "mem" => "mem".into(),
-        _ => format!("passthrough:{}", host.display()),
+/// What a test mounts: memfs, a passthrough of a host directory, or a
+/// fresh prefix of a local etcd (started once per test).
+struct Backend {
+    name: &'static str,
+    etcd: Option<EtcdServer>,
+}
+
+impl Backend {
+    /// `None` (after one SKIPPED line) for etcd without its binary.
+    fn new(name: &'static str, test: &str) -> Option<Backend> {
+        if name != "etcd" {
+            return Some(Backend { name, etcd: None });
+        }
+        if !etcd_binary() {
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
+            }
+            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let etcd = EtcdServer::start_or_use(None).expect("start etcd");
+        Some(Backend {
+            name,
+            etcd: Some(etcd),
+        })
+    }
+
+    /// The `--backend` of a new mount (`host`: passthrough's directory).
+    fn spec(&self, host: &Path) -> String {
+        match (self.name, &self.etcd) {
+            ("mem", _) => "mem".into(),
+            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
+            _ => format!("passthrough:{}", host.display()),
+        }
     }
 }
 
-fn session_matches_tmpfs(backend: &str, test: &str) {
+fn session_matches_tmpfs(backend: &'static str, test: &str) {
     if !ready(test, &[]) {
         return;
     }
+    let Some(b) = Backend::new(backend, test) else {
+        return;
+    };
     let tmp = shm_dir("dcache-acl-tmpfs-");
     let want = session(tmp.path());
     for opts in ["allow_other", "allow_other,no_default_permissions"] {
         let host = shm_dir("dcache-acl-host-");
-        let d = Daemon::start(&mount_spec(backend, host.path()), &["-o", opts]);
+        let d = Daemon::start(&b.spec(host.path()), &["-o", opts]);
         same(&format!("{backend} {opts}"), &session(&d.mnt), &want);
         assert_clean_exit(d.kill_with(libc::SIGTERM));
     }
@@ -173,10 +208,13 @@ fn acls(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-fn copies_keep_acls(backend: &str, test: &str) {
+fn copies_keep_acls(backend: &'static str, test: &str) {
     if !ready(test, &["rsync"]) {
         return;
     }
+    let Some(b) = Backend::new(backend, test) else {
+        return;
+    };
     let scratch = shm_dir("dcache-acl-scratch-");
     let src = scratch.path().join("src");
     std::fs::create_dir(&src).unwrap();
@@ -190,7 +228,7 @@ fn copies_keep_acls(backend: &str, test: &str) {
     let want = acls(&src);
     assert!(want.iter().any(|b| b.contains("default:user:65534")));
     let host = shm_dir("dcache-acl-host-");
-    let d = Daemon::start(&mount_spec(backend, host.path()), &[]);
+    let d = Daemon::start(&b.spec(host.path()), &[]);
     let copies = [
         ("rsync -aHAX", "rsync -aHAX {from}/ {to}/"),
         ("cp --preserve=all", "cp -a --preserve=all {from}/. {to}"),
@@ -213,6 +251,11 @@ fn copies_keep_acls(backend: &str, test: &str) {
 }
 
 #[test]
+fn session_matches_tmpfs_etcd() {
+    session_matches_tmpfs("etcd", "session_matches_tmpfs_etcd");
+}
+
+#[test]
 fn copies_keep_acls_mem() {
     copies_keep_acls("mem", "copies_keep_acls_mem");
 }
@@ -220,4 +263,9 @@ fn copies_keep_acls_mem() {
 #[test]
 fn copies_keep_acls_passthrough() {
     copies_keep_acls("passthrough", "copies_keep_acls_passthrough");
+}
+
+#[test]
+fn copies_keep_acls_etcd() {
+    copies_keep_acls("etcd", "copies_keep_acls_etcd");
 }

@@ -182,3 +182,52 @@ fn hundred_thousand_files_within_1024_descriptors() {
     assert!(rss <= RSS_LIMIT_KIB, "daemon resident {} MiB", rss / 1024);
     assert_clean_exit(d.kill_with(libc::SIGTERM));
 }
+
+/// `-o max_nodes=N`: however many names a walk makes the kernel hold, the
+/// daemon asks it to drop entries until it holds about N again, so the
+/// nodes (and the memory they pin) stay bounded. In-process mount of a
+/// memfs tree of 5,000 files with a bound of 1,000.
+#[test]
+fn the_kernel_is_asked_to_drop_nodes_past_max_nodes() {
+    if !fuse_or_skip("max_nodes") {
+        println!("SKIPPED max_nodes: FUSE unusable here");
+        return;
+    }
+    const FILES: usize = 5000;
+    const MAX: usize = 1000;
+    let fs = std::sync::Arc::new(dcache::fs::memfs::MemFs::new());
+    for d in 0..10 {
+        fs.mkdir_p(&format!("d{d}"), 0o755).unwrap();
+        for f in 0..FILES / 10 {
+            fs.write_file(&format!("d{d}/f{f}"), b"x").unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let done = in_process_watchdog(dir.path().to_path_buf(), Duration::from_secs(120));
+    let opts = dcache_fuse::MountOptions::parse(&[format!("timeout=600,max_nodes={MAX}")]).unwrap();
+    let m = dcache_fuse::mount(fs, dir.path(), &opts).expect("mount");
+    let mut peak = 0;
+    for d in 0..10 {
+        for f in 0..FILES / 10 {
+            let p = m.path().join(format!("d{d}/f{f}"));
+            assert_eq!(std::fs::metadata(&p).unwrap().len(), 1);
+            peak = peak.max(m.usage().kernel_nodes);
+        }
+    }
+    // The forgets arrive asynchronously, and the bound is enforced when
+    // nodes are handed out (at most one batch per 20 ms): go on looking up
+    // names for a moment.
+    let mut k = 0;
+    let settled = wait_for(Duration::from_secs(5), || {
+        k += 1;
+        let _ = std::fs::metadata(m.path().join(format!("d{}/f{}", k % 10, k % 500)));
+        m.usage().kernel_nodes <= MAX as u64
+    });
+    let now = m.usage();
+    println!("max_nodes: peak {peak} nodes while walking {FILES} files; now {now}");
+    assert!(settled, "the kernel still holds {} nodes", now.kernel_nodes);
+    // Without the bound the kernel would hold every file it stat'ed.
+    assert!(peak < (FILES / 2) as u64, "peak {peak}");
+    m.unmount().expect("unmount");
+    done.store(true, Ordering::SeqCst);
+}

@@ -1,7 +1,7 @@
 //! Extended attributes through `dcache mount`, compared with tmpfs: the
 //! same `setfattr`/`getfattr` session and the same raw `*xattr(2)` calls
-//! run on a tmpfs directory and on the mount (memfs and passthrough, with
-//! the kernel checking permissions and with `no_default_permissions`), and
+//! run on a tmpfs directory and on the mount (memfs, passthrough and etcd,
+//! with the kernel checking permissions and with `no_default_permissions`), and
 //! every output, exit status and errno must match; a caller without
 //! privileges (`setpriv` to uid 65534) sees the same refusals and the same
 //! listings (no `trusted.*`) on both; `rsync -aHX` and `cp -a
@@ -9,7 +9,10 @@
 //! attribute intact (`getfattr -dR -m -` equal to the source's).
 //!
 //! Without `setfattr`/`getfattr` (Debian's `attr`) each test prints one
-//! line containing SKIPPED and passes; without usable FUSE, a SKIP line.
+//! line containing SKIPPED and passes; without usable FUSE, a SKIP line;
+//! an etcd test without the `etcd` binary, one SKIPPED line (a failure
+//! under CI). Each etcd test starts one local etcd on 127.0.0.1 and gives
+//! every mount a fresh prefix of it.
 
 mod fuse_common;
 
@@ -19,6 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use dcache_bench::etcd::{etcd_binary, EtcdServer};
 use fuse_common::*;
 
 /// The largest value Linux stores (`XATTR_SIZE_MAX`).
@@ -223,26 +227,59 @@ fn same(what: &str, got: &[String], want: &[String]) {
     }
 }
 
-fn mount_spec(backend: &str, host: &Path) -> String {
-    match backend {
-        "mem" => "mem".into(),
-        _ => format!("passthrough:{}", host.display()),
+/// What a test mounts: memfs, a passthrough of a host directory, or a
+/// fresh prefix of a local etcd (started once per test).
+struct Backend {
+    name: &'static str,
+    etcd: Option<EtcdServer>,
+}
+
+impl Backend {
+    /// `None` (after one SKIPPED line) for etcd without its binary.
+    fn new(name: &'static str, test: &str) -> Option<Backend> {
+        if name != "etcd" {
+            return Some(Backend { name, etcd: None });
+        }
+        if !etcd_binary() {
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
+            }
+            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let etcd = EtcdServer::start_or_use(None).expect("start etcd");
+        Some(Backend {
+            name,
+            etcd: Some(etcd),
+        })
+    }
+
+    /// The `--backend` of a new mount (`host`: passthrough's directory).
+    fn spec(&self, host: &Path) -> String {
+        match (self.name, &self.etcd) {
+            ("mem", _) => "mem".into(),
+            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
+            _ => format!("passthrough:{}", host.display()),
+        }
     }
 }
 
 /// The tool and syscall sessions on tmpfs, then on `backend` with each
 /// permission mode: the same transcripts.
-fn sessions_match_tmpfs(backend: &str, test: &str) {
+fn sessions_match_tmpfs(backend: &'static str, test: &str) {
     if !tools_or_skip(test, &[]) || !fuse_or_skip(test) {
         return;
     }
+    let Some(backend) = Backend::new(backend, test) else {
+        return;
+    };
     let tmp = shm_dir("dcache-xattr-tmpfs-");
     let want_tools = tool_session(tmp.path());
     let want_sys = syscall_session(tmp.path());
     for opts in [&[][..], &["-o", "no_default_permissions"]] {
         let host = shm_dir("dcache-xattr-host-");
-        let d = Daemon::start(&mount_spec(backend, host.path()), opts);
-        let what = format!("{backend} {opts:?}");
+        let d = Daemon::start(&backend.spec(host.path()), opts);
+        let what = format!("{} {opts:?}", backend.name);
         same(&what, &tool_session(&d.mnt), &want_tools);
         same(&what, &syscall_session(&d.mnt), &want_sys);
         assert_clean_exit(d.kill_with(libc::SIGTERM));
@@ -257,6 +294,11 @@ fn sessions_match_tmpfs_mem() {
 #[test]
 fn sessions_match_tmpfs_passthrough() {
     sessions_match_tmpfs("passthrough", "sessions_match_tmpfs_passthrough");
+}
+
+#[test]
+fn sessions_match_tmpfs_etcd() {
+    sessions_match_tmpfs("etcd", "sessions_match_tmpfs_etcd");
 }
 
 /// What a caller without privileges sees and may do, in a tree root made
@@ -284,7 +326,7 @@ fn nobody_session(dir: &Path) -> Vec<String> {
     out
 }
 
-fn nobody_matches_tmpfs(backend: &str, test: &str) {
+fn nobody_matches_tmpfs(backend: &'static str, test: &str) {
     if !tools_or_skip(test, &["setpriv"]) || !fuse_or_skip(test) {
         return;
     }
@@ -292,12 +334,16 @@ fn nobody_matches_tmpfs(backend: &str, test: &str) {
         println!("SKIPPED {test}: needs root to act as another user");
         return;
     }
+    let Some(backend) = Backend::new(backend, test) else {
+        return;
+    };
     let tmp = shm_dir("dcache-xattr-tmpfs-");
     let want = nobody_session(tmp.path());
     for opts in ["allow_other", "allow_other,no_default_permissions"] {
         let host = shm_dir("dcache-xattr-host-");
-        let d = Daemon::start(&mount_spec(backend, host.path()), &["-o", opts]);
-        same(&format!("{backend} {opts}"), &nobody_session(&d.mnt), &want);
+        let d = Daemon::start(&backend.spec(host.path()), &["-o", opts]);
+        let what = format!("{} {opts}", backend.name);
+        same(&what, &nobody_session(&d.mnt), &want);
         assert_clean_exit(d.kill_with(libc::SIGTERM));
     }
 }
@@ -310,6 +356,11 @@ fn nobody_matches_tmpfs_mem() {
 #[test]
 fn nobody_matches_tmpfs_passthrough() {
     nobody_matches_tmpfs("passthrough", "nobody_matches_tmpfs_passthrough");
+}
+
+#[test]
+fn nobody_matches_tmpfs_etcd() {
+    nobody_matches_tmpfs("etcd", "nobody_matches_tmpfs_etcd");
 }
 
 /// `getfattr -dR -m - -e hex .` in `root`: file -> its attribute lines.
@@ -363,10 +414,13 @@ fn make_source(src: &Path) {
     );
 }
 
-fn copies_keep_attributes(backend: &str, test: &str) {
+fn copies_keep_attributes(backend: &'static str, test: &str) {
     if !tools_or_skip(test, &["rsync"]) || !fuse_or_skip(test) {
         return;
     }
+    let Some(backend) = Backend::new(backend, test) else {
+        return;
+    };
     let scratch = shm_dir("dcache-xattr-scratch-");
     let src = scratch.path().join("src");
     make_source(&src);
@@ -376,7 +430,7 @@ fn copies_keep_attributes(backend: &str, test: &str) {
         "the source has attributes: {want:?}"
     );
     let host = shm_dir("dcache-xattr-host-");
-    let d = Daemon::start(&mount_spec(backend, host.path()), &[]);
+    let d = Daemon::start(&backend.spec(host.path()), &[]);
     let copies = [
         ("rsync -aHX", "rsync -aHX {from}/ {to}/"),
         ("cp --preserve=all", "cp -a --preserve=all {from}/. {to}"),
@@ -392,8 +446,9 @@ fn copies_keep_attributes(backend: &str, test: &str) {
                 .replace("{to}", &to.display().to_string());
             sh_in(scratch.path(), &c);
         }
-        assert_eq!(dump(&there), want, "{backend}: {tool} into the mount");
-        assert_eq!(dump(&back), want, "{backend}: {tool} out of the mount");
+        let b = backend.name;
+        assert_eq!(dump(&there), want, "{b}: {tool} into the mount");
+        assert_eq!(dump(&back), want, "{b}: {tool} out of the mount");
     }
     assert_clean_exit(d.kill_with(libc::SIGTERM));
 }
@@ -406,4 +461,9 @@ fn copies_keep_attributes_mem() {
 #[test]
 fn copies_keep_attributes_passthrough() {
     copies_keep_attributes("passthrough", "copies_keep_attributes_passthrough");
+}
+
+#[test]
+fn copies_keep_attributes_etcd() {
+    copies_keep_attributes("etcd", "copies_keep_attributes_etcd");
 }

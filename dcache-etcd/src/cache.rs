@@ -8,7 +8,7 @@
 //! the watch's events cannot overwrite each other out of revision order.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::time::ClockId;
@@ -16,6 +16,7 @@ use rustix::time::ClockId;
 use dcache::{Attr, Ino};
 
 use crate::codec::Rec;
+use crate::xattr::Xattrs;
 
 /// A record as this client last saw it.
 pub(crate) struct Cached {
@@ -210,6 +211,19 @@ impl Cache {
             .get(&ino)
             .filter(|c| c.live)
             .map(|c| c.rec.clone())
+    }
+
+    /// The extended attributes of `ino`, if mirrored and current (shared:
+    /// nothing is copied).
+    pub fn xattrs(&self, ino: Ino) -> Option<Arc<Xattrs>> {
+        if !self.fresh() {
+            return None;
+        }
+        self.recs
+            .pin()
+            .get(&ino)
+            .filter(|c| c.live)
+            .map(|c| c.rec.xattrs.clone())
     }
 
     /// The last attributes this client knew for `ino`, with `nlink` 0:

@@ -4,7 +4,7 @@
 //!
 //! | key | value |
 //! | --- | --- |
-//! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]) |
+//! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]), extended attributes included |
 //! | `P/w/h/<client id>` | a client's heartbeat (nanoseconds on its own clock) |
 //! | `P/d/<dir:16 hex>/<name>` | a directory entry ([`Entry`]) |
 //! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
@@ -19,7 +19,11 @@
 //! invalidations a client passes on) and the marker keys (which changes are
 //! the client's own).
 
+use std::sync::Arc;
+
 use dcache::{Attr, Errno, FileType, Ino, Result, Timespec};
+
+use crate::xattr::Xattrs;
 
 /// Bytes of file data per key.
 pub const CHUNK: u64 = 64 * 1024;
@@ -155,9 +159,19 @@ pub struct Rec {
     pub next_slot: u64,
     /// Symlinks: the target.
     pub target: Vec<u8>,
+    /// Extended attributes (shared, so that copying a record, as the
+    /// cache does on every change, does not copy them).
+    pub xattrs: Arc<Xattrs>,
 }
 
+/// The record layout without extended attributes: the fixed part, then
+/// the symlink target to the end. Still written for every inode that has
+/// none, so clients that predate attributes read those records.
 const REC_VERSION: u8 = 1;
+/// With extended attributes: the fixed part, the target's length (u32)
+/// and bytes, the number of attributes (u32), then each as the name's
+/// length (u8), the value's length (u32), the name, the value.
+const REC_VERSION_XATTR: u8 = 2;
 const REC_FIXED: usize = 1 + 1 + 2 + 4 * 4 + 8 + 12 * 3 + 8;
 
 fn put_ts(v: &mut Vec<u8>, t: Timespec) {
@@ -187,6 +201,14 @@ impl Reader<'_> {
     }
     fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn bytes(&mut self, n: usize) -> Result<&[u8]> {
+        if self.0.len() < n {
+            return Err(Errno::EIO);
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
     }
     fn ts(&mut self) -> Result<Timespec> {
         let sec = i64::from_le_bytes(self.take()?);
@@ -236,12 +258,23 @@ impl Rec {
             ctime: now,
             next_slot: 0,
             target: Vec::new(),
+            xattrs: Arc::default(),
         }
     }
 
+    /// The record's bytes: version 1 without attributes, 2 with.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(REC_FIXED + self.target.len());
-        v.push(REC_VERSION);
+        let extra = if self.xattrs.is_empty() {
+            0
+        } else {
+            crate::xattr::usage(&self.xattrs).0 + 8
+        };
+        let mut v = Vec::with_capacity(REC_FIXED + self.target.len() + extra);
+        v.push(if self.xattrs.is_empty() {
+            REC_VERSION
+        } else {
+            REC_VERSION_XATTR
+        });
         v.push(kind_code(self.kind));
         v.extend_from_slice(&self.perm.to_le_bytes());
         v.extend_from_slice(&self.uid.to_le_bytes());
@@ -253,17 +286,37 @@ impl Rec {
         put_ts(&mut v, self.mtime);
         put_ts(&mut v, self.ctime);
         v.extend_from_slice(&self.next_slot.to_le_bytes());
+        if self.xattrs.is_empty() {
+            v.extend_from_slice(&self.target);
+            return v;
+        }
+        // A target is under PATH_MAX. `crate::xattr::set` makes only
+        // names of 1 to 255 bytes and values of at most 64 KiB; an entry
+        // put in by hand that the format cannot hold is left out.
+        let fits = |(n, v): &(&Vec<u8>, &Vec<u8>)| {
+            (1..=u8::MAX as usize).contains(&n.len()) && u32::try_from(v.len()).is_ok()
+        };
+        v.extend_from_slice(&(self.target.len() as u32).to_le_bytes());
         v.extend_from_slice(&self.target);
+        let count = self.xattrs.iter().filter(fits).count();
+        v.extend_from_slice(&(count as u32).to_le_bytes());
+        for (name, value) in self.xattrs.iter().filter(fits) {
+            v.push(name.len() as u8);
+            v.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            v.extend_from_slice(name);
+            v.extend_from_slice(value);
+        }
         v
     }
 
-    /// EIO for a record this version cannot read.
+    /// EIO for a record this version cannot read, or a malformed one.
     pub fn decode(b: &[u8]) -> Result<Rec> {
         let mut r = Reader(b);
-        if r.u8()? != REC_VERSION {
+        let version = r.u8()?;
+        if version != REC_VERSION && version != REC_VERSION_XATTR {
             return Err(Errno::EIO);
         }
-        Ok(Rec {
+        let mut rec = Rec {
             kind: kind_of(r.u8()?)?,
             perm: r.u16()? & 0o7777,
             uid: r.u32()?,
@@ -275,8 +328,30 @@ impl Rec {
             mtime: r.ts()?,
             ctime: r.ts()?,
             next_slot: r.u64()?,
-            target: r.0.to_vec(),
-        })
+            target: Vec::new(),
+            xattrs: Arc::default(),
+        };
+        if version == REC_VERSION {
+            rec.target = r.0.to_vec();
+            return Ok(rec);
+        }
+        let n = r.u32()? as usize;
+        rec.target = r.bytes(n)?.to_vec();
+        let mut x = Xattrs::new();
+        for _ in 0..r.u32()? {
+            let nlen = r.u8()? as usize;
+            let vlen = r.u32()? as usize;
+            let name = r.bytes(nlen)?.to_vec();
+            let value = r.bytes(vlen)?.to_vec();
+            if name.is_empty() || x.insert(name, value).is_some() {
+                return Err(Errno::EIO);
+            }
+        }
+        if !r.0.is_empty() {
+            return Err(Errno::EIO);
+        }
+        rec.xattrs = Arc::new(x);
+        Ok(rec)
     }
 
     pub fn attr(&self, ino: Ino) -> Attr {
@@ -362,6 +437,82 @@ mod tests {
         assert_eq!(Entry::decode(&e.encode()).unwrap(), e);
         assert_eq!(Rec::decode(b"\x01\x02"), Err(Errno::EIO));
         assert_eq!(Entry::decode(b""), Err(Errno::EIO));
+    }
+
+    /// A record without attributes is written as before (version 1, the
+    /// target to the end), so clients that predate attributes read it.
+    #[test]
+    fn records_without_xattrs_keep_version_1() {
+        let mut r = Rec::new(FileType::Symlink, 0o777, 5, 6);
+        r.target = b"t".to_vec();
+        let b = r.encode();
+        assert_eq!(b[0], 1);
+        assert_eq!(b.len(), REC_FIXED + 1);
+        assert_eq!(&b[REC_FIXED..], b"t");
+        // A version-1 record as an older client wrote it, byte by byte.
+        let mut old = vec![1u8, 1];
+        old.extend_from_slice(&0o644u16.to_le_bytes());
+        for n in [7u32, 8, 0, 1] {
+            old.extend_from_slice(&n.to_le_bytes());
+        }
+        old.extend_from_slice(&12u64.to_le_bytes());
+        for s in [1i64, 2, 3] {
+            old.extend_from_slice(&s.to_le_bytes());
+            old.extend_from_slice(&9u32.to_le_bytes());
+        }
+        old.extend_from_slice(&0u64.to_le_bytes());
+        let d = Rec::decode(&old).unwrap();
+        assert_eq!(
+            (d.kind, d.perm, d.uid, d.gid, d.size),
+            (FileType::Regular, 0o644, 7, 8, 12)
+        );
+        assert_eq!(d.ctime, Timespec { sec: 3, nsec: 9 });
+        assert!(d.xattrs.is_empty() && d.target.is_empty());
+        assert_eq!(d.encode(), old);
+    }
+
+    #[test]
+    fn records_with_xattrs_round_trip() {
+        let mut r = Rec::new(FileType::Symlink, 0o777, 5, 6);
+        r.target = b"some/where".to_vec();
+        let mut x = Xattrs::new();
+        x.insert(b"user.empty".to_vec(), Vec::new());
+        x.insert(b"trusted.t".to_vec(), b"v".to_vec());
+        x.insert(
+            b"user.big".to_vec(),
+            vec![0xaa; crate::xattr::XATTR_SIZE_MAX],
+        );
+        r.xattrs = Arc::new(x);
+        let b = r.encode();
+        assert_eq!(b[0], 2);
+        assert!(b.len() <= REC_FIXED + r.target.len() + crate::xattr::REC_XATTR_MAX);
+        assert_eq!(Rec::decode(&b).unwrap(), r);
+        // Every truncation and a trailing byte are EIO, never a panic.
+        for n in 0..b.len().min(REC_FIXED + 64) {
+            assert_eq!(Rec::decode(&b[..n]), Err(Errno::EIO), "{n} bytes");
+        }
+        assert_eq!(Rec::decode(&b[..b.len() - 1]), Err(Errno::EIO));
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(Rec::decode(&long), Err(Errno::EIO));
+        // Lengths past the end, a count too high, an empty name.
+        let mut bad = b.clone();
+        bad[REC_FIXED..REC_FIXED + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(Rec::decode(&bad), Err(Errno::EIO));
+        let at = REC_FIXED + 4 + r.target.len();
+        let mut bad = b.clone();
+        bad[at..at + 4].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(Rec::decode(&bad), Err(Errno::EIO));
+        let mut bad = b.clone();
+        bad[at + 4] = 0;
+        assert_eq!(Rec::decode(&bad), Err(Errno::EIO));
+        assert_eq!(Rec::decode(b"\x03"), Err(Errno::EIO));
+        // Entries the format cannot hold are left out, never corrupt it.
+        let mut odd = r.clone();
+        let x = Arc::make_mut(&mut odd.xattrs);
+        x.insert(Vec::new(), b"v".to_vec());
+        x.insert(vec![b'n'; 256], b"v".to_vec());
+        assert_eq!(Rec::decode(&odd.encode()).unwrap(), r);
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //!   come back through its own watch); past that, every use is revalidated
 //!   against etcd;
 //! - a request that gets no answer from a quorum within
-//!   [`Options::timeout`] returns EIO.
+//!   [`Options::timeout`] returns EIO;
+//! - extended attributes live in the inode record (see [`xattr`] for the
+//!   limits), so they change in the same compare-and-swap transactions
+//!   and reach other clients through the same watch as the attributes.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -30,6 +33,7 @@ mod cache;
 pub mod codec;
 mod fs;
 pub mod spec;
+pub mod xattr;
 
 pub use cache::CacheStats;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};

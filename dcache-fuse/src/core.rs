@@ -176,6 +176,12 @@ impl FuseCore {
         Some((pid, n.name()))
     }
 
+    /// Up to `max` entries (parent node id, name) whose nodes the kernel
+    /// could drop to bring its count down ([`crate::nodes`]'s victims).
+    pub fn kernel_victims(&self, max: usize) -> Vec<(u64, Vec<u8>)> {
+        self.nodes.victims(&self.vfs, max)
+    }
+
     /// FORGET: the kernel gives back `n` lookups of node `id`; the node is
     /// dropped when its count reaches 0.
     pub fn forget(&self, id: NodeId, n: u64) {

@@ -33,9 +33,9 @@ use super::poll::Poller;
 use super::stats::{Report, Stats};
 
 /// The generation of every entry. A node id is an inode number, which
-/// memfs and kernfs never reuse; passthrough's are the host's, which the
-/// host reuses only after the file is gone and our held descriptor to it
-/// closed, so never while the kernel still holds the old node.
+/// memfs and kernfs never reuse; passthrough's are the host's, and a host
+/// number reused for a new file while the backend still holds the old one
+/// (as it does while the kernel holds its node) gets a number of its own.
 const GENERATION: Generation = Generation(0);
 
 /// Per-mount behaviour.
@@ -53,6 +53,9 @@ pub struct FsConfig {
     pub check_permissions: bool,
     /// Print the unmount report on stderr.
     pub log: bool,
+    /// The most nodes the kernel may hold before the daemon asks it to
+    /// drop some (`-o max_nodes`, see `fs/budget.rs`); 0: no bound.
+    pub max_nodes: usize,
 }
 
 /// The FUSE filesystem: the request core plus per-mount behaviour.
@@ -70,7 +73,11 @@ pub struct DcacheFs {
     /// negotiated): creates carry the caller's umask, which the Vfs
     /// applies unless the directory has a default ACL.
     umask_here: bool,
+    /// When the kernel may next be asked to drop nodes.
+    budget: budget::NodeBudget,
 }
+
+mod budget;
 
 /// Something the kernel's cache for this mount must drop, sent to it by the
 /// session's invalidator thread.
@@ -141,6 +148,7 @@ impl DcacheFs {
             poll: Arc::new(OnceLock::new()),
             inval,
             umask_here: false,
+            budget: budget::NodeBudget::new(),
         }
     }
 
@@ -273,12 +281,15 @@ impl DcacheFs {
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<Entry>) {
         match r {
-            Ok(e) => reply.entry_with_ttls(
-                &self.cfg.timeouts.attr,
-                &self.entry_ttl(e.open_parent),
-                &file_attr(&e.attr),
-                GENERATION,
-            ),
+            Ok(e) => {
+                reply.entry_with_ttls(
+                    &self.cfg.timeouts.attr,
+                    &self.entry_ttl(e.open_parent),
+                    &file_attr(&e.attr),
+                    GENERATION,
+                );
+                self.bound_kernel_nodes();
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -700,6 +711,7 @@ impl Filesystem for DcacheFs {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
+        self.bound_kernel_nodes();
     }
 
     fn fsyncdir(

@@ -52,7 +52,7 @@ use dcache::{DentryRef, Vfs};
 
 use super::stats::Stats;
 use crate::lookupcount::LookupCount;
-use crate::sync::{Arc, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicBool, Mutex, MutexGuard, Ordering};
 
 /// The kernel's lookup count of the node `i` is: kept in the inode's
 /// frontend word (one load of a field of the inode; no lookup).
@@ -137,6 +137,9 @@ impl<'v> Deref for Borrowed<'v> {
 /// it for the kernel.
 struct Node {
     dentry: NonNull<Dentry>,
+    /// Whether the kernel was already asked to drop this node's entry
+    /// (`victims`): it is asked once per publication.
+    asked: AtomicBool,
 }
 
 // SAFETY: `dentry` is a counted reference owned by the node; dentries are
@@ -280,7 +283,14 @@ impl Nodes {
                 .take()
                 .and_then(|d| NonNull::new(d.into_raw() as *mut Dentry))
             {
-                self.map.insert(id, Node { dentry }, &guard);
+                self.map.insert(
+                    id,
+                    Node {
+                        dentry,
+                        asked: AtomicBool::new(false),
+                    },
+                    &guard,
+                );
             }
         });
         drop(guard);
@@ -364,6 +374,59 @@ impl Nodes {
             // node is unpublished, so no one else can reach it).
             drop(unsafe { vfs.dentry_from_raw(dentry.as_ptr()) });
         }
+    }
+
+    /// Up to `max` published nodes for the kernel to drop, each as its
+    /// entry (parent's node id, name): non-directories first (dropping a
+    /// directory's entry drops its whole cached subtree), in the map's
+    /// order, which follows the hash, not use. A node is named once per
+    /// publication (one the kernel keeps because it uses it is not asked
+    /// about again), and at most `4 * max` nodes are looked at. Each node
+    /// is read under its stripe lock, where its count cannot reach zero,
+    /// so its reference (and so its dentry) stays while it is read.
+    pub fn victims(&self, vfs: &Vfs, max: usize) -> Vec<(u64, Vec<u8>)> {
+        let mut leaves = Vec::new();
+        let mut dirs = Vec::new();
+        let guard = self.map.guard();
+        for (&id, node) in self.map.iter(&guard).take(max.saturating_mul(4)) {
+            if leaves.len() >= max {
+                break;
+            }
+            // Relaxed: a hint that only avoids repeating a request; the
+            // kernel ignores an entry it no longer has.
+            if node.asked.load(Ordering::Relaxed) {
+                continue;
+            }
+            let _g = self.stripe(id);
+            match self.map.get(&id, &guard) {
+                Some(n) if n.dentry == node.dentry => {}
+                _ => continue,
+            }
+            // SAFETY: the node is published and, under its stripe lock,
+            // cannot be unpublished, so its counted reference keeps the
+            // dentry; ManuallyDrop never drops that count.
+            let d = ManuallyDrop::new(unsafe { vfs.dentry_from_raw(node.dentry.as_ptr()) });
+            let Some(i) = d.inode() else { continue };
+            let is_dir = i.is_dir();
+            let parent = d.parent();
+            let Some(pino) = parent.ino() else { continue };
+            let entry = (self.ids.id(pino), d.name());
+            if is_dir {
+                if dirs.len() < max {
+                    dirs.push((entry, node));
+                }
+            } else {
+                node.asked.store(true, Ordering::Relaxed);
+                leaves.push(entry);
+            }
+        }
+        let room = max.saturating_sub(leaves.len());
+        for (entry, node) in dirs.into_iter().take(room) {
+            // Relaxed: as above.
+            node.asked.store(true, Ordering::Relaxed);
+            leaves.push(entry);
+        }
+        leaves
     }
 
     /// Give back the root reference and every node's (the session is over:

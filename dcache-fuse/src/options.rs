@@ -12,6 +12,7 @@
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
+//! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
 //! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
@@ -38,6 +39,7 @@ max_threads=N           worker threads (default: one per CPU, 2 to 8)
 clone_fd                one /dev/fuse descriptor per worker (default)
 no_clone_fd             every worker reads one descriptor
 max_cached=N            unused names kept in the dentry cache (default 65536)
+max_nodes=N             nodes the kernel may hold before it is asked to drop some (default 131072; 0: no bound)
 poll_us=N               a worker busy-polls until N us pass idle (default 1000 on 4+ CPUs; 0: never)
 fsname=NAME             the mount's source in the mount table (default: the backend)
 subtype=NAME            the mount's type is fuse.NAME (default fuse.dcache)
@@ -55,6 +57,10 @@ help                    print this list
 /// [`MountOptions::max_cached`] unless `-o max_cached=` says otherwise:
 /// about 40 MiB of names and inodes at most, whatever the tree's size.
 pub const DEFAULT_MAX_CACHED: usize = 1 << 16;
+
+/// [`MountOptions::max_nodes`] unless `-o max_nodes=` says otherwise:
+/// about 90 MiB of nodes the kernel holds, whatever the tree's size.
+pub const DEFAULT_MAX_NODES: usize = 1 << 17;
 
 /// The subtype our mounts carry unless `-o subtype=` says otherwise: the
 /// kernel lists them as type `fuse.dcache`.
@@ -121,6 +127,9 @@ pub struct MountOptions {
     /// Unused dentries the cache keeps (`max_cached=N`, default
     /// [`DEFAULT_MAX_CACHED`]): the `Vfs`'s `Config::max_unused`.
     pub max_cached: usize,
+    /// Nodes the kernel may hold before the daemon asks it to drop some
+    /// (`max_nodes=N`, default [`DEFAULT_MAX_NODES`]; 0: no bound).
+    pub max_nodes: usize,
     /// One /dev/fuse descriptor per worker (`clone_fd`, default on).
     pub clone_fd: bool,
     /// Busy-poll window ([`super::poll`]); zero: never poll; `None`:
@@ -145,6 +154,7 @@ impl Default for MountOptions {
             direct_io: None,
             max_threads: 0,
             max_cached: DEFAULT_MAX_CACHED,
+            max_nodes: DEFAULT_MAX_NODES,
             clone_fd: true,
             poll: None,
             fsname: None,
@@ -236,6 +246,12 @@ impl MountOptions {
                 let v = need(key, val)?;
                 self.max_cached = v.parse().ok().filter(|&n| n <= 1 << 30).ok_or_else(|| {
                     format!("bad value for max_cached: {v:?} (0 to 1073741824 entries)")
+                })?;
+            }
+            "max_nodes" => {
+                let v = need(key, val)?;
+                self.max_nodes = v.parse().ok().filter(|&n| n <= 1 << 30).ok_or_else(|| {
+                    format!("bad value for max_nodes: {v:?} (0 to 1073741824 nodes)")
                 })?;
             }
             "fsname" => self.fsname = Some(need(key, val)?.to_string()),

@@ -13,6 +13,12 @@ use super::client::get;
 use super::{Change, Inner};
 use crate::codec::{decode_u64, Rec, ROOT_INO};
 
+/// The largest watch response taken (see `watch_loop`). etcd batches at
+/// most 1000 revisions into one catch-up response; a revision puts at
+/// most four inode records (a rename's) of at most 133 KiB each, plus
+/// small entry keys: under 600 MiB.
+const WATCH_MESSAGE_MAX: usize = 1 << 30;
+
 impl Inner {
     pub(super) async fn heartbeat_loop(self: Arc<Inner>) {
         let key = self.keys.heartbeat(&self.client_id);
@@ -44,7 +50,14 @@ impl Inner {
             }
             first = false;
             let start = self.cache.watched.load(Ordering::Acquire) + 1;
-            let mut wc = self.client.watch_client();
+            // A response catching up on many revisions carries every
+            // record they put, attributes included: past tonic's 4 MiB
+            // default, the stream would fail on it at every restart and
+            // the watch would never be current again.
+            let mut wc = self
+                .client
+                .watch_client()
+                .max_decoding_message_size(WATCH_MESSAGE_MAX);
             let opts = WatchOptions::new()
                 .with_range(self.keys.watched_end())
                 .with_start_revision(start);

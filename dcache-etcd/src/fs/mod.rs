@@ -15,13 +15,15 @@
 //! its [`FileSystem`] impl; the work is done by `Inner`, whose methods are
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
-//! file contents, readdir, statfs) and `background` (heartbeat, watch,
-//! endpoint health).
+//! file contents, readdir, statfs), `xattr` (extended attributes, kept
+//! in the inode record) and `background` (heartbeat, watch, endpoint
+//! health).
 
 mod background;
 mod client;
 mod data;
 mod namespace;
+mod xattr;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -375,11 +377,7 @@ impl FileSystem for EtcdFs {
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        let i = &self.inner;
-        let rec = match i.cache.rec(ino) {
-            Some(r) => r,
-            None => self.block(async { i.fetch(i.deadline(), ino).await })?,
-        };
+        let rec = self.block(self.inner.current_rec(ino))?;
         if rec.kind != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
@@ -401,6 +399,35 @@ impl FileSystem for EtcdFs {
 
     fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
         self.block(self.inner.write(ino, offset, data))
+    }
+
+    /// From the mirrored record while the watch is current (another
+    /// client's change shows within the staleness bound, as for
+    /// `getattr`), else from etcd.
+    fn getxattr(&self, ino: Ino, name: &[u8], value: &mut Vec<u8>) -> Result<()> {
+        let x = self.xattrs_of(ino)?;
+        let v = x.get(name).ok_or(Errno::ENODATA)?;
+        value.clear();
+        value.extend_from_slice(v);
+        Ok(())
+    }
+
+    /// One compare-and-swap transaction on the inode record; the limits
+    /// are [`crate::xattr`]'s (ENOSPC past them).
+    fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let change = |x: &mut _| crate::xattr::set(x, name, value, flags);
+        self.block(self.inner.change_xattrs(ino, change))
+    }
+
+    fn listxattr(&self, ino: Ino, list: &mut Vec<u8>) -> Result<()> {
+        let x = self.xattrs_of(ino)?;
+        crate::xattr::list(&x, list);
+        Ok(())
+    }
+
+    fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        let change = |x: &mut _| crate::xattr::remove(x, name);
+        self.block(self.inner.change_xattrs(ino, change))
     }
 
     fn flush_on_close(&self) -> bool {

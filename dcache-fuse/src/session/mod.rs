@@ -81,6 +81,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         direct_io: options.direct_io.unwrap_or(default_direct_io),
         check_permissions: !options.default_permissions,
         log,
+        max_nodes: options.max_nodes,
     }
 }
 
