@@ -287,8 +287,16 @@ impl FdCache {
             Err(e) if out_of_fds(e) => {
                 // Out of descriptors: close every cached one, try once more.
                 self.shed(usize::MAX);
-                open_handle(mount.as_fd(), handle)?
+                open_handle(mount.as_fd(), handle)
             }
+            r => r,
+        };
+        let fd = match fd {
+            // The handle of an inode the host just deleted has been seen to
+            // answer ENOMEM rather than ESTALE (ext4, an inode still being
+            // evicted). ESTALE makes the caller look the name up again, and
+            // a true allocation failure then shows on that lookup.
+            Err(e) if e == Errno::ENOMEM => return Err(Errno::ESTALE),
             r => r?,
         };
         Ok(HostFd::Cached(self.insert(slot, fd)))
