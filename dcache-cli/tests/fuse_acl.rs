@@ -20,7 +20,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use dcache_bench::etcd::{etcd_binary, EtcdServer};
 use fuse_common::*;
 
 fn have(tool: &str) -> bool {
@@ -107,50 +106,6 @@ const SESSION: &[(&str, bool)] = &[
 
 fn session(dir: &Path) -> Vec<String> {
     SESSION.iter().map(|&(s, n)| step(dir, s, n)).collect()
-}
-
-fn same(what: &str, got: &[String], want: &[String]) {
-    assert_eq!(got.len(), want.len(), "{what}: step counts");
-    for (g, w) in got.iter().zip(want) {
-        assert_eq!(g, w, "{what}: the mount (left) differs from tmpfs (right)");
-    }
-}
-
-/// What a test mounts: memfs, a passthrough of a host directory, or a
-/// fresh prefix of a local etcd (started once per test).
-struct Backend {
-    name: &'static str,
-    etcd: Option<EtcdServer>,
-}
-
-impl Backend {
-    /// `None` (after one SKIPPED line) for etcd without its binary.
-    fn new(name: &'static str, test: &str) -> Option<Backend> {
-        if name != "etcd" {
-            return Some(Backend { name, etcd: None });
-        }
-        if !etcd_binary() {
-            if std::env::var_os("CI").is_some() {
-                panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
-            }
-            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
-            return None;
-        }
-        let etcd = EtcdServer::start_or_use(None).expect("start etcd");
-        Some(Backend {
-            name,
-            etcd: Some(etcd),
-        })
-    }
-
-    /// The `--backend` of a new mount (`host`: passthrough's directory).
-    fn spec(&self, host: &Path) -> String {
-        match (self.name, &self.etcd) {
-            ("mem", _) => "mem".into(),
-            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
-            _ => format!("passthrough:{}", host.display()),
-        }
-    }
 }
 
 fn session_matches_tmpfs(backend: &'static str, test: &str) {

@@ -22,7 +22,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use dcache_bench::etcd::{etcd_binary, EtcdServer};
 use fuse_common::*;
 
 /// The largest value Linux stores (`XATTR_SIZE_MAX`).
@@ -217,51 +216,6 @@ fn syscall_session(dir: &Path) -> Vec<String> {
     out.push(show("remove", r1 as isize));
     out.push(show("remove again", r2 as isize));
     out
-}
-
-/// Compare two transcripts step by step.
-fn same(what: &str, got: &[String], want: &[String]) {
-    assert_eq!(got.len(), want.len(), "{what}: step counts");
-    for (g, w) in got.iter().zip(want) {
-        assert_eq!(g, w, "{what}: the mount (left) differs from tmpfs (right)");
-    }
-}
-
-/// What a test mounts: memfs, a passthrough of a host directory, or a
-/// fresh prefix of a local etcd (started once per test).
-struct Backend {
-    name: &'static str,
-    etcd: Option<EtcdServer>,
-}
-
-impl Backend {
-    /// `None` (after one SKIPPED line) for etcd without its binary.
-    fn new(name: &'static str, test: &str) -> Option<Backend> {
-        if name != "etcd" {
-            return Some(Backend { name, etcd: None });
-        }
-        if !etcd_binary() {
-            if std::env::var_os("CI").is_some() {
-                panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
-            }
-            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
-            return None;
-        }
-        let etcd = EtcdServer::start_or_use(None).expect("start etcd");
-        Some(Backend {
-            name,
-            etcd: Some(etcd),
-        })
-    }
-
-    /// The `--backend` of a new mount (`host`: passthrough's directory).
-    fn spec(&self, host: &Path) -> String {
-        match (self.name, &self.etcd) {
-            ("mem", _) => "mem".into(),
-            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
-            _ => format!("passthrough:{}", host.display()),
-        }
-    }
 }
 
 /// The tool and syscall sessions on tmpfs, then on `backend` with each

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dcache_bench::etcd::{etcd_binary, EtcdServer};
+
 /// Can FUSE mounts be made here? Prints the reason and returns false if
 /// not, so a test can pass as skipped.
 pub fn fuse_or_skip(test: &str) -> bool {
@@ -345,4 +347,49 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 /// The errno of an io::Error.
 pub fn errno(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
+}
+
+/// Compare two transcripts step by step.
+pub fn same(what: &str, got: &[String], want: &[String]) {
+    assert_eq!(got.len(), want.len(), "{what}: step counts");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g, w, "{what}: the mount (left) differs from tmpfs (right)");
+    }
+}
+
+/// What a test mounts: memfs, a passthrough of a host directory, or a
+/// fresh prefix of a local etcd (started once per test).
+pub struct Backend {
+    pub name: &'static str,
+    etcd: Option<EtcdServer>,
+}
+
+impl Backend {
+    /// `None` (after one SKIPPED line) for etcd without its binary.
+    pub fn new(name: &'static str, test: &str) -> Option<Backend> {
+        if name != "etcd" {
+            return Some(Backend { name, etcd: None });
+        }
+        if !etcd_binary() {
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
+            }
+            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let etcd = EtcdServer::start_or_use(None).expect("start etcd");
+        Some(Backend {
+            name,
+            etcd: Some(etcd),
+        })
+    }
+
+    /// The `--backend` of a new mount (`host`: passthrough's directory).
+    pub fn spec(&self, host: &Path) -> String {
+        match (self.name, &self.etcd) {
+            ("mem", _) => "mem".into(),
+            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
+            _ => format!("passthrough:{}", host.display()),
+        }
+    }
 }
