@@ -225,16 +225,22 @@ impl Passthrough {
 
     /// Open `dir/name` as a held inode (one lookup counted).
     fn lookup_name(&self, dir: &Inode, name: &CName) -> Result<Attr> {
-        // A name whose host inode is already held needs no new fd: one
-        // fstatat instead of openat + fstat + close. The held fd pins the
-        // host inode, so a matching (dev, ino) is that very object.
-        let st = sys::stat_at(self.inodes.fd(dir)?.as_fd(), name)?;
-        if let Some((ino, inode)) = self.inodes.hit(sys::host_key(&st)) {
-            return self.attr(ino, &inode, &st);
+        let dfd = self.inodes.fd(dir)?;
+        // Where inodes hold their descriptor, a name whose host inode is
+        // already held needs no new fd: one fstatat instead of openat +
+        // fstat + close (the held fd pins the host inode, so a matching
+        // (dev, ino) is that very object). A handle-anchored entry is only
+        // trusted after its handle is compared (`register`), which needs
+        // the openat anyway, so there the probe would be a wasted call.
+        if !self.inodes.fd_cache().uses_handles() {
+            let st = sys::stat_at(dfd.as_fd(), name)?;
+            if let Some((ino, inode)) = self.inodes.hit(sys::host_key(&st)) {
+                return self.attr(ino, &inode, &st);
+            }
         }
         let fd = self
             .inodes
-            .retry_fds(|| sys::open_path(self.inodes.fd(dir)?.as_fd(), name))?;
+            .retry_fds(|| sys::open_path(dfd.as_fd(), name))?;
         let st = sys::stat_fd(fd.as_fd())?;
         let (ino, inode) = self.inodes.register(fd, &st)?;
         self.attr(ino, &inode, &st)
