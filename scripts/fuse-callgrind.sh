@@ -15,9 +15,8 @@
 # and write the reply: so Ir / requests is the work per request, read to
 # reply (and back to the next read). The syscalls themselves are kernel
 # time, which callgrind does not see. Requests are counted exactly from the
-# dump: calls of the filesystem's handlers (<DcacheFs as fuser::Filesystem>
-# ::lookup, ::getattr, ...; fuser's own dispatch is inlined in a release
-# build), checked against 5 x stats. No --toggle-collect: with a window
+# dump: calls of the request handler (<DcacheFs as wire::serve::Handler>
+# ::handle, kept out of line for this count), checked against 5 x stats. No --toggle-collect: with a window
 # zeroed while the worker is inside the toggled function, callgrind's
 # summary and the sum of its per-function costs disagree (seen: 3%).
 #
@@ -37,7 +36,7 @@ REQUESTS=${2:-100000}
 OUTDIR=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # One call of one of these per request (their calls are counted per op).
-REQ_PREFIX='<dcache_fuse::fs::DcacheFs as fuser::Filesystem>::'
+REQ_PREFIX='<dcache_fuse::fs::DcacheFs as dcache_fuse::wire::serve::Handler>::'
 OPTS=attr_timeout=0,entry_timeout=0,no_default_permissions,poll_us=0
 
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac

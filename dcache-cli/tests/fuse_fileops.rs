@@ -349,3 +349,91 @@ fn writes_by_another_user_drop_set_id_bits_as_on_tmpfs() {
         }
     }
 }
+
+/// `open(dir, O_TMPFILE | flags, 0600)`: the descriptor, or the errno.
+fn open_tmpfile(dir: &Path, flags: i32) -> Result<File, i32> {
+    // SAFETY: a NUL-terminated path and plain flags; the descriptor is
+    // owned by the File from here on.
+    let fd = unsafe { libc::open(cpath(dir).as_ptr(), libc::O_TMPFILE | flags, 0o600) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+    }
+    // SAFETY: fd was just opened and is ours alone.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// `linkat(fd, "", dir, name, AT_EMPTY_PATH)` (root has the
+/// CAP_DAC_READ_SEARCH it needs).
+fn link_fd(f: &File, dir: &Path, name: &str) -> Result<(), i32> {
+    let to = cpath(&dir.join(name));
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1))
+    }
+}
+
+/// O_TMPFILE through the mount as on tmpfs: an unnamed file that reads
+/// back what was written, has no links and no name in its directory until
+/// `linkat` gives it one; O_EXCL makes it unlinkable; O_RDONLY is EINVAL;
+/// a non-directory is ENOTDIR; and nothing stays referenced afterwards.
+#[test]
+fn o_tmpfile_and_linkat_as_on_tmpfs() {
+    if !usable("o_tmpfile_and_linkat_as_on_tmpfs", &[]) {
+        return;
+    }
+    for opts in [&[][..], &["-o", "no_default_permissions"]] {
+        for (d, tmp, _keep) in mounts(opts) {
+            let mut seen = Vec::new();
+            for dir in [&d.mnt, tmp.path()] {
+                fs::create_dir(dir.join("sub")).unwrap();
+                let sub = dir.join("sub");
+                let f = open_tmpfile(&sub, libc::O_RDWR).unwrap();
+                f.write_all_at(b"unnamed data", 0).unwrap();
+                let m = f.metadata().unwrap();
+                let before = fs::read_dir(&sub).unwrap().count();
+                let mut back = vec![0u8; 12];
+                f.read_exact_at(&mut back, 0).unwrap();
+                let linked = link_fd(&f, &sub, "named");
+                let named = fs::read(sub.join("named")).map_err(|e| e.raw_os_error());
+                let after = fs::metadata(sub.join("named"))
+                    .map(|m| (m.nlink(), m.mode()))
+                    .map_err(|e| e.raw_os_error());
+                // A second name for the same file, then the first one gone:
+                // the data stays.
+                let again = link_fd(&f, &sub, "again");
+                drop(f);
+                fs::remove_file(sub.join("named")).unwrap();
+                let kept = fs::read(sub.join("again")).map_err(|e| e.raw_os_error());
+                let excl = open_tmpfile(&sub, libc::O_RDWR | libc::O_EXCL).unwrap();
+                excl.write_all_at(b"x", 0).unwrap();
+                let excl_link = link_fd(&excl, &sub, "never");
+                drop(excl);
+                seen.push((
+                    (m.nlink(), m.mode(), m.len(), before, back),
+                    (linked, named, after, again, kept, excl_link),
+                    open_tmpfile(&sub, libc::O_RDONLY).err(),
+                    open_tmpfile(&sub.join("again"), libc::O_RDWR).err(),
+                    fs::read_dir(&sub).unwrap().count(),
+                ));
+            }
+            assert_eq!(seen[0], seen[1], "{} {opts:?}", d.mnt.display());
+            assert_eq!(seen[1].1 .0, Ok(()), "linkat named the tmpfile");
+            assert_eq!(seen[1].1 .5, Err(libc::ENOENT), "O_EXCL: never linkable");
+            // Every node the kernel held, the unnamed ones included, is
+            // given back once it forgets them.
+            let pruned = d.prune();
+            assert!(pruned.ends_with(" 0 nodes still referenced"), "{pruned}");
+        }
+    }
+}

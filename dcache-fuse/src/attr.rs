@@ -1,77 +1,45 @@
-//! Between dcache's attribute types and fuser's.
-
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use fuser::{FileAttr, INodeNo, TimeOrNow};
+//! Between dcache's attribute types and the wire's.
 
 use dcache::errno::{Errno, Result};
 use dcache::fs::{Attr, FileType, SetAttr, SetTime, Timespec};
 
-/// fuser's file type for ours.
-pub fn kind(k: FileType) -> fuser::FileType {
+use crate::wire::abi::{self, fattr};
+
+/// The type bits of `st_mode` for a file type.
+fn type_bits(k: FileType) -> u32 {
     match k {
-        FileType::Regular => fuser::FileType::RegularFile,
-        FileType::Directory => fuser::FileType::Directory,
-        FileType::Symlink => fuser::FileType::Symlink,
-        FileType::CharDevice => fuser::FileType::CharDevice,
-        FileType::BlockDevice => fuser::FileType::BlockDevice,
-        FileType::Fifo => fuser::FileType::NamedPipe,
-        FileType::Socket => fuser::FileType::Socket,
+        FileType::Regular => libc::S_IFREG,
+        FileType::Directory => libc::S_IFDIR,
+        FileType::Symlink => libc::S_IFLNK,
+        FileType::CharDevice => libc::S_IFCHR,
+        FileType::BlockDevice => libc::S_IFBLK,
+        FileType::Fifo => libc::S_IFIFO,
+        FileType::Socket => libc::S_IFSOCK,
     }
 }
 
-/// A `Timespec` (seconds may be negative) as a `SystemTime`.
-#[inline]
-pub fn system_time(t: Timespec) -> SystemTime {
-    let nsec = t.nsec.min(999_999_999);
-    if t.sec >= 0 {
-        // One addition (every reply converts three times): nsec < 1e9, so
-        // Duration::new does not carry.
-        UNIX_EPOCH + Duration::new(t.sec as u64, nsec)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
-            + Duration::from_nanos(u64::from(nsec))
-    }
-}
-
-/// A `SystemTime` as a `Timespec` (before 1970: negative seconds, the
-/// nanoseconds still counting forward, as `struct timespec` does).
-pub fn timespec(t: SystemTime) -> Timespec {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec {
-            sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nsec: d.subsec_nanos(),
-        },
-        Err(e) => {
-            let d = e.duration();
-            let sec = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            if d.subsec_nanos() == 0 {
-                Timespec { sec: -sec, nsec: 0 }
-            } else {
-                Timespec {
-                    sec: -sec - 1,
-                    nsec: 1_000_000_000 - d.subsec_nanos(),
-                }
-            }
-        }
-    }
+/// A directory record's type (`d_type`: the type bits shifted down).
+pub fn dirent_type(k: FileType) -> u32 {
+    type_bits(k) >> 12
 }
 
 /// `a` as the kernel should see it. `a.ino` is the node id, which is also
-/// the `st_ino` the kernel reports (fuser sends one value for both).
+/// the `st_ino` the kernel reports.
 #[inline]
-pub fn file_attr(a: &Attr) -> FileAttr {
-    let ctime = system_time(a.ctime);
-    FileAttr {
-        ino: INodeNo(a.ino),
+pub fn file_attr(a: &Attr) -> abi::Attr {
+    abi::Attr {
+        ino: a.ino,
         size: a.size,
         blocks: a.blocks,
-        atime: system_time(a.atime),
-        mtime: system_time(a.mtime),
-        ctime,
-        crtime: ctime,
-        kind: kind(a.kind),
-        perm: a.perm,
+        // Seconds before 1970 go as their two's complement, which the
+        // kernel reads back as a signed time.
+        atime: a.atime.sec as u64,
+        mtime: a.mtime.sec as u64,
+        ctime: a.ctime.sec as u64,
+        atimensec: a.atime.nsec.min(999_999_999),
+        mtimensec: a.mtime.nsec.min(999_999_999),
+        ctimensec: a.ctime.nsec.min(999_999_999),
+        mode: type_bits(a.kind) | u32::from(a.perm & 0o7777),
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
@@ -81,52 +49,31 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
-/// The entry of a negative lookup reply: node id 0 tells the kernel to
-/// cache the name as missing for the entry timeout.
-pub fn negative() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: fuser::FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
+fn time(valid: u32, set: u32, now: u32, sec: u64, nsec: u32) -> Option<SetTime> {
+    if valid & now != 0 {
+        Some(SetTime::Now)
+    } else if valid & set != 0 {
+        Some(SetTime::At(Timespec {
+            sec: sec as i64,
+            nsec: nsec.min(999_999_999),
+        }))
+    } else {
+        None
     }
 }
 
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(timespec(t)),
-    }
-}
-
-/// What a FUSE setattr asks for. `mode` arrives with the type bits; only
-/// the permission bits are changeable.
-pub fn set_attr(
-    mode: Option<u32>,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    size: Option<u64>,
-    atime: Option<TimeOrNow>,
-    mtime: Option<TimeOrNow>,
-) -> SetAttr {
+/// What a SETATTR asks for. `mode` arrives with the type bits; only the
+/// permission bits are changeable.
+pub fn set_attr(s: &abi::SetattrIn) -> SetAttr {
+    let v = s.valid;
+    let has = |bit: u32| v & bit != 0;
     SetAttr {
-        perm: mode.map(|m| (m & 0o7777) as u16),
-        uid,
-        gid,
-        size,
-        atime: atime.map(set_time),
-        mtime: mtime.map(set_time),
+        perm: has(fattr::MODE).then_some((s.mode & 0o7777) as u16),
+        uid: has(fattr::UID).then_some(s.uid),
+        gid: has(fattr::GID).then_some(s.gid),
+        size: has(fattr::SIZE).then_some(s.size),
+        atime: time(v, fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+        mtime: time(v, fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
     }
 }
 
@@ -146,27 +93,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_round_trip_before_and_after_the_epoch() {
-        for t in [
-            Timespec { sec: 0, nsec: 0 },
-            Timespec {
-                sec: 1_700_000_000,
-                nsec: 123_456_789,
-            },
-            Timespec {
-                sec: -1,
-                nsec: 500_000_000,
-            },
-            Timespec {
-                sec: -86400,
-                nsec: 0,
-            },
-        ] {
-            assert_eq!(timespec(system_time(t)), t);
-        }
-    }
-
-    #[test]
     fn attr_keeps_every_field() {
         let a = Attr {
             ino: 7,
@@ -174,7 +100,7 @@ mod tests {
             blocks: 24,
             atime: Timespec { sec: 1, nsec: 2 },
             mtime: Timespec { sec: 3, nsec: 4 },
-            ctime: Timespec { sec: 5, nsec: 6 },
+            ctime: Timespec { sec: -5, nsec: 6 },
             kind: FileType::CharDevice,
             perm: 0o4751,
             nlink: 3,
@@ -184,29 +110,36 @@ mod tests {
             blksize: 4096,
         };
         let f = file_attr(&a);
-        assert_eq!(f.ino, INodeNo(7));
-        assert_eq!((f.size, f.blocks, f.perm, f.nlink), (12345, 24, 0o4751, 3));
+        assert_eq!(f.ino, 7);
+        assert_eq!(
+            (f.size, f.blocks, f.mode, f.nlink),
+            (12345, 24, libc::S_IFCHR | 0o4751, 3)
+        );
         assert_eq!((f.uid, f.gid, f.rdev, f.blksize), (1000, 100, 0x0501, 4096));
-        assert_eq!(f.kind, fuser::FileType::CharDevice);
-        assert_eq!(timespec(f.atime), a.atime);
-        assert_eq!(timespec(f.mtime), a.mtime);
-        assert_eq!(timespec(f.ctime), a.ctime);
+        assert_eq!((f.atime, f.atimensec, f.mtime, f.mtimensec), (1, 2, 3, 4));
+        assert_eq!((f.ctime as i64, f.ctimensec), (-5, 6));
+        assert_eq!(dirent_type(FileType::Directory), libc::DT_DIR as u32);
     }
 
     #[test]
     fn setattr_masks_type_bits() {
-        let s = set_attr(
-            Some(libc::S_IFREG | 0o644),
-            None,
-            Some(5),
-            Some(0),
-            Some(TimeOrNow::Now),
-            None,
-        );
+        let s = set_attr(&abi::SetattrIn {
+            valid: fattr::MODE
+                | fattr::GID
+                | fattr::SIZE
+                | fattr::ATIME
+                | fattr::ATIME_NOW
+                | fattr::MTIME,
+            mode: libc::S_IFREG | 0o644,
+            gid: 5,
+            mtime: (-2i64) as u64,
+            mtimensec: 7,
+            ..Default::default()
+        });
         assert_eq!(s.perm, Some(0o644));
         assert_eq!((s.uid, s.gid, s.size), (None, Some(5), Some(0)));
         assert_eq!(s.atime, Some(SetTime::Now));
-        assert_eq!(s.mtime, None);
+        assert_eq!(s.mtime, Some(SetTime::At(Timespec { sec: -2, nsec: 7 })));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The FUSE requests as calls on the `Vfs`, with no kernel in sight: each
 //! method takes what a request carries (a [`NodeId`], a name, a [`Fh`])
-//! and returns plain data. [`super::fs`] is the thin fuser adapter that
+//! and returns plain data. [`super::fs`] is the thin request adapter that
 //! turns requests into these calls and results into replies; tests drive
 //! [`FuseCore`] directly, standing in for the kernel.
 //!
@@ -346,6 +346,26 @@ impl FuseCore {
             self.vfs
                 .as_cred(cred)
                 .open(At::Dir(p.dentry()), name, flags | libc::O_CREAT, perm)?;
+        let entry = self.entry(f.dentry().clone(), open_dir(&p))?;
+        Ok((entry, self.handles.insert(f)))
+    }
+
+    /// TMPFILE (`open` with O_TMPFILE in directory `parent`): an entry for
+    /// the unnamed file (its dentry `#<ino>`, which no lookup finds) and the
+    /// handle. A LINK naming the entry's node gives it a name later.
+    pub fn tmpfile(
+        &self,
+        cred: &Cred,
+        parent: NodeId,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Entry, Fh)> {
+        let p = self.node(parent)?;
+        let perm = (mode & 0o7777) as u16;
+        let f = self
+            .vfs
+            .as_cred(cred)
+            .tmpfile(At::Dir(p.dentry()), ".", flags, perm)?;
         let entry = self.entry(f.dentry().clone(), open_dir(&p))?;
         Ok((entry, self.handles.insert(f)))
     }

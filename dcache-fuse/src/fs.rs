@@ -1,42 +1,34 @@
-//! `DcacheFs`: the object fuser drives, a thin adapter over
-//! [`FuseCore`]: each request is one call and one reply. This is the trust
-//! boundary: node ids and file handles become [`NodeId`] and [`Fh`] only
-//! here, where fuser hands over what the kernel sent.
+//! `DcacheFs`: the [`Handler`] the FUSE request layer drives, a thin
+//! adapter over [`FuseCore`]: each request is one call and one reply. This
+//! is the trust boundary: node ids and file handles become [`NodeId`] and
+//! [`Fh`] only here, where a parsed request hands over what the kernel
+//! sent. The requests themselves are answered in `fs/requests.rs`.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
-
-use fuser::{
-    AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
-use fuser::{CopyFileRangeFlags, ReplyLseek};
+use std::time::Duration;
 
 use dcache::cred::{Caps, Cred};
 use dcache::errno::{Errno, Result};
-use dcache::permission::search_for_all;
+use dcache::fs::Attr;
 use dcache::Invalidation;
 use dcache::Vfs;
 
-use super::attr::{file_attr, kind, negative, set_attr};
-use super::core::{xattr_cred, Entry, FuseCore, XattrReply};
+use super::attr::file_attr;
+use super::core::{Entry, FuseCore};
 use super::handles::Fh;
 use super::nodes::NodeId;
 use super::options::Timeouts;
 use super::poll::Poller;
 use super::stats::{Report, Stats};
+use super::wire::abi::{self, init};
+use super::wire::{Handler, Header, Out, Request};
 
 /// The generation of every entry. A node id is an inode number, which
 /// memfs and kernfs never reuse; passthrough's are the host's, and a host
 /// number reused for a new file while the backend still holds the old one
 /// (as it does while the kernel holds its node) gets a number of its own.
-const GENERATION: Generation = Generation(0);
+const GENERATION: u64 = 0;
 
 /// Per-mount behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,23 +92,24 @@ pub enum KernelInval {
 /// Where the session puts the sender of its invalidator thread.
 pub type InvalSlot = Arc<OnceLock<Mutex<Sender<KernelInval>>>>;
 
-fn errno(e: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(e.raw())
-}
-
 /// The node a request names.
-fn node(ino: INodeNo) -> NodeId {
-    // SAFETY: fuser hands us the node id of a request the kernel sent, and
-    // the kernel keeps that node until the request is answered.
-    unsafe { NodeId::from_kernel(ino.0) }
+fn node(id: u64) -> NodeId {
+    // SAFETY: the id is one the kernel sent in a request, and the kernel
+    // keeps that node until the request is answered.
+    unsafe { NodeId::from_kernel(id) }
 }
 
 /// The file handle a request names.
-fn handle(fh: FileHandle) -> Fh {
-    // SAFETY: fuser hands us the handle of a request the kernel sent: one
-    // we returned from open or create and that it has not released (its
-    // RELEASE comes once, after every other request on the handle).
-    unsafe { Fh::from_kernel(fh.0) }
+fn handle(fh: u64) -> Fh {
+    // SAFETY: the handle is one the kernel sent in a request: one we
+    // returned from open, create or tmpfile and that it has not released
+    // (its RELEASE comes once, after every other request on the handle).
+    unsafe { Fh::from_kernel(fh) }
+}
+
+/// A duration as the wire's seconds and nanoseconds.
+fn secs(d: Duration) -> (u64, u32) {
+    (d.as_secs(), d.subsec_nanos())
 }
 
 impl DcacheFs {
@@ -188,13 +181,13 @@ impl DcacheFs {
     /// (uid 0 then has the filesystem capabilities, as root has by
     /// default); otherwise the kernel checked already and the credential
     /// carries every capability.
-    fn cred(&self, req: &Request) -> Cred {
-        let caps = if !self.cfg.check_permissions || req.uid() == 0 {
+    fn cred(&self, h: &Header) -> Cred {
+        let caps = if !self.cfg.check_permissions || h.uid == 0 {
             Caps::ALL
         } else {
             Caps::NONE
         };
-        Cred::of_task(req.uid(), req.gid(), req.pid(), caps)
+        Cred::of_task(h.uid, h.gid, h.pid, caps)
     }
 
     /// Whether the backend can hold POSIX ACLs: it answers `getxattr` of
@@ -213,8 +206,8 @@ impl DcacheFs {
 
     /// [`cred`](Self::cred) for a create, mkdir or mknod: with the
     /// request's umask when the kernel left it to us.
-    fn create_cred(&self, req: &Request, umask: u32) -> Cred {
-        let cred = self.cred(req);
+    fn create_cred(&self, h: &Header, umask: u32) -> Cred {
+        let cred = self.cred(h);
         if self.umask_here {
             cred.with_umask(umask as u16)
         } else {
@@ -249,9 +242,9 @@ impl DcacheFs {
         self.stats.clone()
     }
 
-    /// End of session: record and log the report, then give back every
-    /// node's reference and the root's.
-    fn finish(&mut self) {
+    /// End of session: record and log the report (once). The references
+    /// every node holds are given back when the filesystem is dropped.
+    pub fn finish(&self) {
         if self.report.get().is_some() {
             return;
         }
@@ -260,7 +253,6 @@ impl DcacheFs {
         if self.cfg.log {
             eprintln!("dcache: unmounted, {r}");
         }
-        self.core.release();
     }
 
     /// How long the kernel may keep a name in `parent` without asking.
@@ -279,33 +271,64 @@ impl DcacheFs {
         }
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<Entry>) {
+    /// The entry record for `e`: the name kept for the entry timeout
+    /// (none where the directory's searchers must be checked each time),
+    /// the attributes for the attribute timeout.
+    fn entry_out(&self, e: &Entry) -> abi::EntryOut {
+        let (entry_valid, entry_valid_nsec) = secs(self.entry_ttl(e.open_parent));
+        let (attr_valid, attr_valid_nsec) = secs(self.cfg.timeouts.attr);
+        abi::EntryOut {
+            nodeid: e.id,
+            generation: GENERATION,
+            entry_valid,
+            attr_valid,
+            entry_valid_nsec,
+            attr_valid_nsec,
+            attr: file_attr(&e.attr),
+        }
+    }
+
+    fn reply_entry(&self, out: &mut Out, r: Result<Entry>) {
         match r {
             Ok(e) => {
-                reply.entry_with_ttls(
-                    &self.cfg.timeouts.attr,
-                    &self.entry_ttl(e.open_parent),
-                    &file_attr(&e.attr),
-                    GENERATION,
-                );
+                out.push(&self.entry_out(&e));
                 self.bound_kernel_nodes();
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => out.error(e.raw()),
         }
     }
 
-    fn reply_empty(reply: ReplyEmpty, r: Result<()>) {
+    /// An entry and an open file (CREATE, TMPFILE).
+    fn reply_created(&self, out: &mut Out, r: Result<(Entry, Fh)>) {
         match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Ok((e, fh)) => {
+                out.push(&self.entry_out(&e));
+                out.push(&abi::OpenOut {
+                    fh: fh.raw(),
+                    open_flags: self.open_flags(),
+                    padding: 0,
+                });
+                self.bound_kernel_nodes();
+            }
+            Err(e) => out.error(e.raw()),
         }
     }
 
-    fn open_flags(&self) -> FopenFlags {
+    fn attr_out(&self, out: &mut Out, a: &Attr) {
+        let (attr_valid, attr_valid_nsec) = secs(self.cfg.timeouts.attr);
+        out.push(&abi::AttrOut {
+            attr_valid,
+            attr_valid_nsec,
+            dummy: 0,
+            attr: file_attr(a),
+        });
+    }
+
+    fn open_flags(&self) -> u32 {
         if self.cfg.direct_io {
-            FopenFlags::FOPEN_DIRECT_IO
+            abi::FOPEN_DIRECT_IO
         } else {
-            FopenFlags::empty()
+            0
         }
     }
 }
@@ -320,19 +343,19 @@ impl Drop for DcacheFs {
     }
 }
 
-impl Filesystem for DcacheFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+impl Handler for DcacheFs {
+    fn init(&mut self, offered: u64) -> u64 {
         // Lookups and readdirs in one directory need not be serialised by
         // the kernel: the dcache takes its own locks.
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
+        let mut want = init::PARALLEL_DIROPS;
         if self.cfg.readdirplus {
-            want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+            want |= init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
         }
         // A backend whose files change underneath us (passthrough): when an
         // attribute reply shows a new mtime or size, the kernel drops the
         // node's cached pages (one node per inode: for every name at once).
         if self.core.vfs().backend().needs_revalidate() {
-            want |= InitFlags::FUSE_AUTO_INVAL_DATA;
+            want |= init::AUTO_INVAL_DATA;
         }
         // POSIX ACLs: FUSE_POSIX_ACL makes the kernel check them with
         // default_permissions (reading them with GETXATTR; dcache checks
@@ -343,547 +366,22 @@ impl Filesystem for DcacheFs {
         // filesystem without them no ACLs (and its kernel would fail every
         // check that reads one with the backend's EOPNOTSUPP).
         if self.backend_has_acls() {
-            want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+            want |= init::POSIX_ACL | init::DONT_MASK;
         }
         // Ask only for what this kernel offers.
-        let got = want & config.capabilities();
-        self.umask_here = got.contains(InitFlags::FUSE_DONT_MASK | InitFlags::FUSE_POSIX_ACL);
-        let _ = config.add_capabilities(got);
-        Ok(())
+        let got = want & offered;
+        let both = init::DONT_MASK | init::POSIX_ACL;
+        self.umask_here = got & both == both;
+        got
     }
 
-    fn destroy(&mut self) {
-        self.finish();
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    // Out of line: one call per request, which scripts/fuse-callgrind.sh
+    // counts requests by (a few instructions of some 1,600).
+    #[inline(never)]
+    fn handle(&self, req: &Request<'_>, out: &mut Out) {
         self.touch();
-        match self
-            .core
-            .lookup(&self.cred(req), node(parent), name.as_bytes())
-        {
-            Ok(Some(e)) => self.reply_entry(reply, Ok(e)),
-            Ok(None)
-                if !self.cfg.timeouts.negative.is_zero()
-                    && !self
-                        .entry_ttl(self.core.searchable_by_all(node(parent)))
-                        .is_zero() =>
-            {
-                reply.entry_with_ttls(
-                    &Duration::ZERO,
-                    &self.cfg.timeouts.negative,
-                    &negative(),
-                    GENERATION,
-                )
-            }
-            Ok(None) => reply.error(fuser::Errno::ENOENT),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.touch();
-        self.core.forget(node(ino), nlookup);
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.touch();
-        match self.core.getattr(node(ino)) {
-            Ok(a) => reply.attr(&self.cfg.timeouts.attr, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        self.touch();
-        // A handle (ftruncate, futimens) names the same node: the change
-        // goes to the node either way.
-        let set = set_attr(mode, uid, gid, size, atime, mtime);
-        // A directory that stops being searchable by everyone: the kernel
-        // may still hold names under it with their timeouts, which it would
-        // serve to callers who may no longer search there (it checks no
-        // search permission itself under no_default_permissions). Ask it to
-        // drop the directory's entry, and with it the subtree.
-        let watch = self.cfg.check_permissions
-            && set.perm.is_some()
-            && self.core.searchable_by_all(node(ino));
-        match self
-            .core
-            .setattr(&self.cred(req), node(ino), &set, _fh.is_some())
-        {
-            Ok(a) => {
-                reply.attr(&self.cfg.timeouts.attr, &file_attr(&a));
-                if watch && !search_for_all(a.mode()) {
-                    self.invalidate_entry_of(node(ino));
-                }
-            }
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.touch();
-        match self.core.readlink(node(ino)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        self.touch();
-        let r = self.core.mknod(
-            &self.create_cred(req, umask),
-            node(parent),
-            name.as_bytes(),
-            mode,
-            rdev,
-        );
-        self.reply_entry(reply, r);
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        self.touch();
-        let r = self.core.mkdir(
-            &self.create_cred(req, umask),
-            node(parent),
-            name.as_bytes(),
-            mode,
-        );
-        self.reply_entry(reply, r);
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.touch();
-        Self::reply_empty(
-            reply,
-            self.core
-                .unlink(&self.cred(req), node(parent), name.as_bytes()),
-        );
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.touch();
-        Self::reply_empty(
-            reply,
-            self.core
-                .rmdir(&self.cred(req), node(parent), name.as_bytes()),
-        );
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        self.touch();
-        let r = self.core.symlink(
-            &self.cred(req),
-            node(parent),
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-        );
-        self.reply_entry(reply, r);
-    }
-
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        let r = self.core.rename(
-            &self.cred(req),
-            node(parent),
-            name.as_bytes(),
-            node(newparent),
-            newname.as_bytes(),
-            flags.bits(),
-        );
-        Self::reply_empty(reply, r);
-    }
-
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        self.touch();
-        let r = self.core.link(
-            &self.cred(req),
-            node(ino),
-            node(newparent),
-            newname.as_bytes(),
-        );
-        self.reply_entry(reply, r);
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.touch();
-        match self.core.open(&self.cred(req), node(ino), flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh.raw()), self.open_flags()),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.touch();
-        match self.core.read(handle(fh), offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        self.touch();
-        match self.core.write(handle(fh), offset, data) {
-            // A write never exceeds max_write (16 MiB), so the count fits.
-            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        Self::reply_empty(reply, self.core.flush(handle(fh)));
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        Self::reply_empty(reply, self.core.release_file(handle(fh)));
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        Self::reply_empty(reply, self.core.fsync(handle(fh), datasync));
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.touch();
-        if !self.cfg.check_permissions {
-            // The kernel checked; nothing to keep per open directory.
-            reply.opened(FileHandle(0), FopenFlags::empty());
-            return;
-        }
-        match self.core.opendir(&self.cred(req), node(ino), flags.0) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        self.touch();
-        let r = self
-            .core
-            .readdir(node(ino), offset, &mut |i, off, k, name| {
-                reply.add(INodeNo(i), off, kind(k), OsStr::from_bytes(name))
-            });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        self.touch();
-        let (attr_ttl, entry_ttl) = (
-            self.cfg.timeouts.attr,
-            self.entry_ttl(self.core.searchable_by_all(node(ino))),
-        );
-        // fuser sends one timeout per entry for both the name and the
-        // attributes: the shorter one keeps both promises.
-        let ttl = attr_ttl.min(entry_ttl);
-        let r = self
-            .core
-            .readdirplus(node(ino), offset, &mut |id, off, name, a| {
-                reply.add(
-                    INodeNo(id),
-                    off,
-                    OsStr::from_bytes(name),
-                    &ttl,
-                    &file_attr(a),
-                    GENERATION,
-                )
-            });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.bound_kernel_nodes();
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        // Directory changes are made in the backend as they happen.
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.touch();
-        match self.core.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.touch();
-        let r = self.core.access(&self.cred(req), node(ino), mask.bits());
-        Self::reply_empty(reply, r);
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        self.touch();
-        match self.core.create(
-            &self.create_cred(req, umask),
-            node(parent),
-            name.as_bytes(),
-            mode,
-            flags,
-        ) {
-            // fuser sends one timeout for the name and the attributes.
-            Ok((e, fh)) => reply.created(
-                &self.entry_ttl(e.open_parent).min(self.cfg.timeouts.attr),
-                &file_attr(&e.attr),
-                GENERATION,
-                FileHandle(fh.raw()),
-                self.open_flags(),
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    // Extended attributes (see `core::xattr`): a size of 0 asks for the
-    // length, a short buffer is ERANGE.
-
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.touch();
-        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
-        match self.core.getxattr(&cred, node(ino), name.as_bytes(), size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.touch();
-        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
-        match self.core.listxattr(&cred, node(ino), size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
-        let r = self
-            .core
-            .setxattr(&cred, node(ino), name.as_bytes(), value, flags);
-        Self::reply_empty(reply, r);
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.touch();
-        let cred = xattr_cred(req.uid(), req.gid(), req.pid(), self.cfg.check_permissions);
-        let r = self.core.removexattr(&cred, node(ino), name.as_bytes());
-        Self::reply_empty(reply, r);
-    }
-
-    // File operations beyond read and write. Answering these (rather than
-    // fuser's ENOSYS) keeps the kernel asking: an ENOSYS to LSEEK makes it
-    // treat every file as all data, one to FALLOCATE or COPY_FILE_RANGE
-    // makes it answer EOPNOTSUPP (or copy through the page cache) for the
-    // rest of the mount.
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        self.touch();
-        let r = self.core.fallocate(handle(fh), offset, length, mode);
-        Self::reply_empty(reply, r);
-    }
-
-    fn lseek(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        self.touch();
-        match self.core.lseek(handle(fh), offset, whence) {
-            Ok(at) => reply.offset(at),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn copy_file_range(
-        &self,
-        _req: &Request,
-        _ino_in: INodeNo,
-        fh_in: FileHandle,
-        offset_in: u64,
-        _ino_out: INodeNo,
-        fh_out: FileHandle,
-        offset_out: u64,
-        len: u64,
-        flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
-    ) {
-        self.touch();
-        let r = self.core.copy_file_range(
-            handle(fh_in),
-            offset_in,
-            handle(fh_out),
-            offset_out,
-            len,
-            flags.bits(),
-        );
-        match r {
-            // At most MAX_COPY bytes, which fit.
-            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.answer(req, out);
     }
 }
+
+mod requests;

@@ -4,7 +4,8 @@
 //!
 //! - [`core`]: [`FuseCore`], every FUSE request as a call on the `Vfs`
 //!   taking what the request carries and returning plain data; testable
-//!   without a kernel. [`fs`] is the thin fuser adapter over it, and the
+//!   without a kernel. [`fs`] is the thin adapter over it that the request
+//!   layer ([`wire`]: parsing, replies, /dev/fuse, mounting) drives, and the
 //!   only place where the kernel's numbers become [`NodeId`]s and [`Fh`]s
 //!   (`unsafe fn from_kernel`: the kernel keeps what a request names alive
 //!   until the reply).
@@ -79,6 +80,8 @@ pub mod stats;
 mod sync;
 #[cfg(not(loom))]
 pub mod usage;
+#[cfg(not(loom))]
+pub mod wire;
 // For the tests and benchmarks of this workspace (mount a memfs tree
 // through the daemon); not part of the supported API.
 #[cfg(not(loom))]

@@ -6,7 +6,7 @@
 //! dentries of that inode, as hard links are everywhere else. So here:
 //!
 //! - **The node id is the backend's inode number** ([`IdMap`]), which is
-//!   also the `st_ino` the kernel shows (fuser sends one value for both).
+//!   also the `st_ino` the kernel shows (`attr.ino` in every reply).
 //!   The root is `FUSE_ROOT_ID` (1) on the wire; the backend's root number
 //!   and 1 trade places, so the map stays one-to-one (memfs and kernfs
 //!   number their root 1, where it is the identity). A number is stable

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use fuser::{MountOption, SessionACL};
+use crate::wire::mount::MountSpec;
 
 /// The `-o` options, one line each: what `dcache mount -o help` prints and
 /// `dcache mount --help` lists.
@@ -114,7 +114,7 @@ pub struct MountOptions {
     pub timeouts: Timeouts,
     /// Who besides the mounting user may enter (`allow_other`,
     /// `allow_root`).
-    pub allow: SessionACL,
+    pub allow: Allow,
     /// The kernel checks permissions (`default_permissions`, the default);
     /// `false`: dcache checks them for each request's credential.
     pub default_permissions: bool,
@@ -140,15 +140,29 @@ pub struct MountOptions {
     pub fsname: Option<String>,
     /// The mount's type suffix (`subtype=`); `None`: [`DEFAULT_SUBTYPE`].
     pub subtype: Option<String>,
-    /// Other options passed to the kernel or fusermount.
-    pub mount: Vec<MountOption>,
+    /// The generic mount flags asked for, by name (`ro`, `nosuid`, ...).
+    pub flags: Vec<String>,
+    /// Unmount when the daemon dies (`auto_unmount`, via fusermount3).
+    pub auto_unmount: bool,
+}
+
+/// Who besides the mounting user may enter the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allow {
+    /// Only the user who mounted (the kernel enforces it).
+    Owner,
+    /// That user and root (`allow_root`: mounted `allow_other`, and the
+    /// daemon refuses everyone else's requests with EACCES, as libfuse does).
+    OwnerAndRoot,
+    /// Everyone (`allow_other`).
+    All,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             timeouts: Timeouts::default(),
-            allow: SessionACL::Owner,
+            allow: Allow::Owner,
             default_permissions: true,
             readdirplus: true,
             direct_io: None,
@@ -159,7 +173,8 @@ impl Default for MountOptions {
             poll: None,
             fsname: None,
             subtype: None,
-            mount: Vec::new(),
+            flags: Vec::new(),
+            auto_unmount: false,
         }
     }
 }
@@ -210,10 +225,6 @@ impl MountOptions {
         fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
             v.ok_or_else(|| format!("option {key} needs a value"))
         }
-        let flag = |v: Option<&str>, m: MountOption| match v {
-            None => Ok(m),
-            Some(_) => Err(format!("option {key} takes no value")),
-        };
         match key {
             "poll_us" => {
                 let us: u64 = need(key, val)?
@@ -261,8 +272,9 @@ impl MountOptions {
                     return Err(format!("unknown mount option {one:?}"));
                 }
                 match key {
-                    "allow_other" => self.allow = SessionACL::All,
-                    "allow_root" => self.allow = SessionACL::RootAndOwner,
+                    "allow_other" => self.allow = Allow::All,
+                    "allow_root" => self.allow = Allow::OwnerAndRoot,
+                    "auto_unmount" => self.auto_unmount = true,
                     "default_permissions" => self.default_permissions = true,
                     "no_default_permissions" => self.default_permissions = false,
                     "readdirplus" => self.readdirplus = true,
@@ -271,26 +283,11 @@ impl MountOptions {
                     "no_direct_io" => self.direct_io = Some(false),
                     "clone_fd" => self.clone_fd = true,
                     "no_clone_fd" => self.clone_fd = false,
-                    _ => {
-                        let m = match key {
-                            "ro" => MountOption::RO,
-                            "rw" => MountOption::RW,
-                            "nosuid" => MountOption::NoSuid,
-                            "suid" => MountOption::Suid,
-                            "nodev" => MountOption::NoDev,
-                            "dev" => MountOption::Dev,
-                            "noexec" => MountOption::NoExec,
-                            "exec" => MountOption::Exec,
-                            "noatime" => MountOption::NoAtime,
-                            "atime" => MountOption::Atime,
-                            "sync" => MountOption::Sync,
-                            "async" => MountOption::Async,
-                            "dirsync" => MountOption::DirSync,
-                            "auto_unmount" => MountOption::AutoUnmount,
-                            _ => return Err(format!("unknown mount option {one:?}")),
-                        };
-                        self.mount.push(flag(val, m)?);
+                    "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec"
+                    | "noatime" | "atime" | "sync" | "async" | "dirsync" => {
+                        self.flags.push(key.to_string())
                     }
+                    _ => return Err(format!("unknown mount option {one:?}")),
                 }
             }
         }
@@ -328,27 +325,20 @@ impl MountOptions {
         (!w.is_zero() && !shared).then_some(w)
     }
 
-    /// fuser's session configuration.
-    pub fn fuser_config(&self, single: bool, default_fsname: &str) -> fuser::Config {
-        let mut m = self.mount.clone();
-        m.push(MountOption::FSName(
-            self.fsname.clone().unwrap_or_else(|| default_fsname.into()),
-        ));
-        // As a kernel option (not fuser's `Subtype`, which only fusermount
-        // understands), so that a direct mount is listed as `fuse.dcache`
-        // too; fusermount3 takes it the same way.
-        let subtype = self.subtype.as_deref().unwrap_or(DEFAULT_SUBTYPE);
-        m.push(MountOption::CUSTOM(format!("subtype={subtype}")));
-        if self.default_permissions {
-            m.push(MountOption::DefaultPermissions);
+    /// What to ask the kernel (or fusermount3) for; `default_fsname`
+    /// unless `fsname=` was given.
+    pub fn mount_spec(&self, default_fsname: &str) -> MountSpec {
+        MountSpec {
+            fsname: self.fsname.clone().unwrap_or_else(|| default_fsname.into()),
+            subtype: self
+                .subtype
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SUBTYPE.into()),
+            flags: self.flags.clone(),
+            default_permissions: self.default_permissions,
+            allow_other: self.allow != Allow::Owner,
+            auto_unmount: self.auto_unmount,
         }
-        let mut c = fuser::Config::default();
-        c.mount_options = m;
-        c.acl = self.allow;
-        let n = self.threads(single);
-        c.n_threads = Some(n);
-        c.clone_fd = self.clone_fd && n > 1;
-        c
     }
 }
 
@@ -406,19 +396,16 @@ mod tests {
         assert_eq!(o.timeouts.attr, Duration::from_millis(500));
         assert_eq!(o.timeouts.entry, Duration::from_secs(2));
         assert_eq!(o.timeouts.negative, Duration::ZERO);
-        assert_eq!(o.allow, SessionACL::All);
+        assert_eq!(o.allow, Allow::All);
         assert!(!o.readdirplus);
-        assert_eq!(o.mount, vec![MountOption::RO]);
+        assert_eq!(o.flags, vec!["ro".to_string()]);
         assert_eq!(o.fsname.as_deref(), Some("x"));
         assert_eq!(o.threads(false), 3);
         assert_eq!(o.threads(true), 1);
-        let c = o.fuser_config(false, "mem");
-        assert_eq!(c.n_threads, Some(3));
-        assert!(c.mount_options.contains(&MountOption::FSName("x".into())));
-        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
-        assert!(c
-            .mount_options
-            .contains(&MountOption::CUSTOM("subtype=dcache".into())));
+        let c = o.mount_spec("mem");
+        assert_eq!((c.fsname.as_str(), c.subtype.as_str()), ("x", "dcache"));
+        assert!(c.default_permissions && c.allow_other && !c.auto_unmount);
+        assert_eq!(c.flags, vec!["ro".to_string()]);
         let t = MountOptions::parse(&["timeout=0"]).unwrap();
         assert_eq!(t.timeouts, Timeouts::NONE);
     }

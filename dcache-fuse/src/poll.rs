@@ -1,6 +1,6 @@
 //! Busy-polling /dev/fuse while requests keep coming (`-o poll_us=N`).
 //!
-//! fuser gives each worker its own /dev/fuse descriptor (`clone_fd`, our
+//! The request layer gives each worker its own /dev/fuse descriptor (`clone_fd`, our
 //! default) and retries a read that fails with EAGAIN at once. So making the
 //! session's own descriptor non-blocking turns exactly one worker, the one
 //! that reads it, into a poller that spins on the request queue, while the
@@ -66,7 +66,7 @@ fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) {
 }
 
 impl Poller {
-    /// Start polling `session_fd` (the descriptor of fuser's session; it
+    /// Start polling `session_fd` (the connection's first descriptor; it
     /// must not be shared by several workers) with `window`, and start the
     /// governor thread. The gate starts cold.
     pub fn start(session_fd: BorrowedFd<'_>, window: Duration) -> io::Result<Arc<Poller>> {

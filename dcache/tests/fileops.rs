@@ -483,3 +483,76 @@ fn tmpfile_has_no_name_until_linked() {
         fs.release(b.ino, fh).unwrap();
     }
 }
+
+/// O_TMPFILE through the `Vfs` (Linux's `vfs_tmpfile` and `d_tmpfile`):
+/// the unnamed file's dentry is `#<ino>`, found by no lookup and listed in
+/// no directory; `link_dentry` names it; the permission rules are
+/// `vfs_tmpfile`'s (write and search on the directory, an access mode that
+/// writes); and every dentry and inode is freed with the Vfs.
+#[test]
+fn vfs_tmpfile_has_no_name_until_linked() {
+    let Some(t) = tmpfs_dir("vfs_tmpfile_has_no_name_until_linked") else {
+        return;
+    };
+    let mem = Arc::new(MemFs::new());
+    mem.mkdir_p("d", 0o755).unwrap();
+    std::fs::create_dir(t.path().join("d")).unwrap();
+    let pt: Arc<dyn FileSystem> = Arc::new(Passthrough::new(t.path()).unwrap());
+    for fs in [mem as Arc<dyn FileSystem>, pt] {
+        let vfs = Vfs::new(fs).unwrap();
+        let c = vfs.counters();
+        {
+            let root = vfs.as_root();
+            let f = root.tmpfile(At::Root, "d", libc::O_RDWR, 0o640).unwrap();
+            assert_eq!(f.write(0, b"tmp"), Ok(3));
+            let d = f.dentry();
+            let a = d.attr().unwrap();
+            assert_eq!((a.nlink, a.perm, a.size), (0, 0o640, 3));
+            assert_eq!(d.name(), format!("#{}", a.ino).into_bytes());
+            assert_eq!(
+                root.stat(At::Root, format!("d/#{}", a.ino)).map(|_| ()),
+                Err(Errno::ENOENT),
+                "no lookup finds an unnamed file"
+            );
+            let named = root.link_dentry(d, At::Root, "d/named").unwrap();
+            assert_eq!(named.attr().unwrap().nlink, 1);
+            drop(named);
+            f.close().unwrap();
+            assert_eq!(root.stat(At::Root, "d/named").unwrap().size, 3);
+            // O_EXCL: never linkable; O_RDONLY: EINVAL; a file: ENOTDIR.
+            let x = root
+                .tmpfile(At::Root, "d", libc::O_WRONLY | libc::O_EXCL, 0o600)
+                .unwrap();
+            assert_eq!(
+                root.link_dentry(x.dentry(), At::Root, "d/no").map(|_| ()),
+                Err(Errno::ENOENT)
+            );
+            drop(x);
+            let err = |r: dcache::Result<OpenFile<'_>>| r.map(|_| ()).unwrap_err();
+            assert_eq!(
+                err(root.tmpfile(At::Root, "d", libc::O_RDONLY, 0o600)),
+                Errno::EINVAL
+            );
+            assert_eq!(
+                err(root.tmpfile(At::Root, "d/named", libc::O_RDWR, 0o600)),
+                Errno::ENOTDIR
+            );
+            // Without write permission on the directory: EACCES.
+            let mode = |perm| SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            root.setattr(At::Root, "d", &mode(0o555)).unwrap();
+            let nobody = Cred::user(65534, 65534, &[]);
+            assert_eq!(
+                err(vfs
+                    .as_cred(&nobody)
+                    .tmpfile(At::Root, "d", libc::O_RDWR, 0o600)),
+                Errno::EACCES
+            );
+            root.setattr(At::Root, "d", &mode(0o755)).unwrap();
+        }
+        drop(vfs);
+        assert_eq!((c.dentries(), c.inodes()), (0, 0), "everything freed");
+    }
+}

@@ -1,4 +1,4 @@
-//! Mounting and serving: the `dcache mount` daemon ([`serve`]) and
+//! Mounting and serving: the `dcache mount` daemon ([`serve()`]) and
 //! in-process mounts for tests and benchmarks ([`mount`]).
 //!
 //! The daemon mounts (and completes the FUSE handshake) before anything
@@ -23,8 +23,7 @@
 //! - `prune`: making the kernel forget what it caches but does not use.
 //! - `mountpoint`: the check before mounting (a dead dcache mount is
 //!   detached) and `OwnMount`, the mount this process made, the only one
-//!   it ever unmounts. fuser's own unmount (by path, when its session or
-//!   `BackgroundSession` is dropped) is never let run.
+//!   it ever unmounts.
 //! - `mountinfo`: the parser of /proc/self/mountinfo.
 
 mod daemon;
@@ -34,13 +33,10 @@ mod prune;
 mod signals;
 
 use std::io;
-use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-
-use fuser::{BackgroundSession, INodeNo, Notifier, Session};
 
 use dcache::fs::FileSystem;
 use dcache::vfs::Counters;
@@ -50,10 +46,12 @@ use self::mountpoint::{preflight, OwnMount};
 use self::prune::Pruner;
 use super::backend::Backend;
 use super::fs::{DcacheFs, FsConfig, InvalSlot, KernelInval};
-use super::options::{MountOptions, DEFAULT_SUBTYPE};
+use super::options::{Allow, MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 use super::usage::Usage;
+use super::wire::dev::Notifier;
+use super::wire::serve::{self, Access, Workers};
 
 /// What `dcache mount` was asked to do.
 #[derive(Clone, Debug)]
@@ -113,13 +111,13 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     }
     let (session, own, report, stats, counters) = started?;
     let pruner = Pruner {
-        notifier: session.notifier(),
+        notifier: session.notifier.clone(),
         mountpoint: at,
         stats,
         counters,
     };
     signals::spawn_waiter(signals, own, pruner)?;
-    join(session).map_err(|e| format!("session: {e}"))?;
+    session.join().map_err(|e| format!("session: {e}"))?;
     report
         .get()
         .copied()
@@ -127,7 +125,7 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
 }
 
 type Started = (
-    BackgroundSession,
+    Serving,
     OwnMount,
     Arc<OnceLock<Report>>,
     Arc<Stats>,
@@ -145,44 +143,90 @@ fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
     let fs = DcacheFs::new(vfs, cfg);
     let report = fs.report_slot();
     let stats = fs.stats();
-    let poll = fs.poll_slot();
-    let inval = fs.inval_slot();
-    let config = req
-        .options
-        .fuser_config(req.single_threaded, &req.backend.fsname());
-    let session =
-        Session::new(fs, at, &config).map_err(|e| mountpoint::mount_failed(&req.mountpoint, &e))?;
-    let own = OwnMount::record(at)
-        .map_err(|e| format!("cannot find our mount on {}: {e}", at.display()))?;
-    if let Some(w) = req.options.poll_window(req.single_threaded) {
-        let p = Poller::start(session.as_fd(), w).map_err(|e| format!("poller: {e}"))?;
-        let _ = poll.set(p);
-    }
-    let session = session.spawn().map_err(|e| format!("session: {e}"))?;
-    start_invalidator(session.notifier(), &inval).map_err(|e| format!("invalidator: {e}"))?;
+    let spec = req.options.mount_spec(&req.backend.fsname());
+    let (session, own) =
+        start(fs, at, &req.options, &spec, req.single_threaded).map_err(|e| match e {
+            StartError::Mount(e) => mountpoint::mount_failed(&req.mountpoint, &e),
+            StartError::Other(m) => m,
+        })?;
     Ok((session, own, report, stats, counters))
 }
 
-/// Wait for a session's threads to finish, without ever letting fuser
-/// unmount (see `mountpoint`): the `BackgroundSession` is not dropped,
-/// so fuser's `Mount` in it never runs its unmount-by-path. Its
-/// /dev/fuse descriptor stays open (a connection that is already gone).
-fn join(bg: BackgroundSession) -> io::Result<()> {
-    let bg = ManuallyDrop::new(bg);
-    // SAFETY: `guard` is a public field, read out exactly once; `bg` is
-    // never used or dropped afterwards, so nothing is dropped twice (its
-    // other fields are leaked on purpose).
-    let guard = unsafe { std::ptr::read(&bg.guard) };
-    guard
-        .join()
-        .map_err(|_| io::Error::other("session thread panicked"))?
+/// Why [`start`] failed: the mount itself, or what came after it.
+enum StartError {
+    Mount(io::Error),
+    Other(String),
+}
+
+/// A mounted connection being served: its workers, the filesystem they
+/// answer with, and what must live as long as the mount.
+pub(crate) struct Serving {
+    workers: Workers,
+    fs: Arc<DcacheFs>,
+    notifier: Notifier,
+    /// fusermount3's `auto_unmount` watch: closed when this process ends.
+    _watch: Option<UnixStream>,
+}
+
+impl Serving {
+    /// Wait until the connection ends (unmount), then record the report;
+    /// the filesystem's references go when the last holder drops it.
+    fn join(self) -> io::Result<()> {
+        let r = self.workers.join();
+        self.fs.finish();
+        r
+    }
+}
+
+/// Mount `fs` on `at`, answer INIT, start the poller (if the options ask
+/// for one), the workers and the invalidator.
+fn start(
+    mut fs: DcacheFs,
+    at: &Path,
+    options: &MountOptions,
+    spec: &super::wire::mount::MountSpec,
+    single: bool,
+) -> Result<(Serving, OwnMount), StartError> {
+    let other = |what: &str, e: io::Error| StartError::Other(format!("{what}: {e}"));
+    let m = super::wire::mount::mount(at, spec).map_err(StartError::Mount)?;
+    let own = OwnMount::record(at).map_err(|e| {
+        StartError::Other(format!("cannot find our mount on {}: {e}", at.display()))
+    })?;
+    let dev = Arc::new(m.dev);
+    serve::handshake(&dev, &mut fs).map_err(|e| other("FUSE handshake", e))?;
+    let poll = fs.poll_slot();
+    let inval = fs.inval_slot();
+    if let Some(w) = options.poll_window(single) {
+        let p = Poller::start(dev.as_fd(), w).map_err(|e| other("poller", e))?;
+        let _ = poll.set(p);
+    }
+    let access = match options.allow {
+        // SAFETY: geteuid cannot fail.
+        Allow::OwnerAndRoot => Access::OwnerAndRoot(unsafe { libc::geteuid() }),
+        Allow::Owner | Allow::All => Access::Kernel,
+    };
+    let fs = Arc::new(fs);
+    let n = options.threads(single);
+    let workers = serve::start(&dev, fs.clone(), n, options.clone_fd && n > 1, access)
+        .map_err(|e| other("workers", e))?;
+    let notifier = Notifier::new(dev);
+    start_invalidator(notifier.clone(), &inval).map_err(|e| other("invalidator", e))?;
+    Ok((
+        Serving {
+            workers,
+            fs,
+            notifier,
+            _watch: m.watch,
+        },
+        own,
+    ))
 }
 
 /// Leave a session's threads running and its mount alone: a mount that
 /// could not be unmounted (busy, or another mount sits on it), whose
 /// threads would never end.
-fn abandon(bg: BackgroundSession) {
-    let _ = ManuallyDrop::new(bg);
+fn abandon(s: Serving) {
+    std::mem::forget(s);
 }
 
 /// A thread that sends the kernel the invalidations handlers queue (a
@@ -198,12 +242,10 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
             for msg in rx {
                 // ENOENT: the kernel held nothing of that name or node.
                 let _ = match msg {
-                    KernelInval::Entry { parent, name } => {
-                        notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name))
-                    }
+                    KernelInval::Entry { parent, name } => notifier.inval_entry(parent, &name),
                     // Offset 0, length 0: the attributes and every cached
                     // page.
-                    KernelInval::Inode { node } => notifier.inval_inode(INodeNo(node), 0, 0),
+                    KernelInval::Inode { node } => notifier.inval_inode(node, 0, 0),
                 };
             }
         })?;
@@ -214,7 +256,7 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
 /// A backend mounted by this process (worker threads in the background).
 /// Dropping it unmounts.
 pub struct Mounted {
-    session: Option<BackgroundSession>,
+    session: Option<Serving>,
     own: OwnMount,
     report: Arc<OnceLock<Report>>,
     poll: Arc<OnceLock<Arc<Poller>>>,
@@ -263,7 +305,7 @@ impl Mounted {
             return Ok(());
         };
         match self.own.unmount(false) {
-            Ok(()) => join(s),
+            Ok(()) => s.join(),
             Err(e) => {
                 // Still mounted: joining would wait forever.
                 abandon(s);
@@ -311,22 +353,18 @@ pub fn mount(
     let report = fs.report_slot();
     let stats = fs.stats();
     let poll = fs.poll_slot();
-    let inval = fs.inval_slot();
-    let config = options.fuser_config(false, "dcache");
     // Before mounting: afterwards a lookup of the mount point would wait
     // for workers that do not run yet.
     let path = std::fs::canonicalize(mountpoint)?;
-    let session = Session::new(fs, &path, &config)?;
-    let own = OwnMount::record(&path)?;
-    if let Some(w) = options.poll_window(false) {
-        let _ = poll.set(Poller::start(session.as_fd(), w)?);
-    }
-    let session = session.spawn()?;
-    start_invalidator(session.notifier(), &inval)?;
+    let (session, own) =
+        start(fs, &path, options, &options.mount_spec("dcache"), false).map_err(|e| match e {
+            StartError::Mount(e) => e,
+            StartError::Other(m) => io::Error::other(m),
+        })?;
     Ok(Mounted {
         own,
         pruner: Pruner {
-            notifier: session.notifier(),
+            notifier: session.notifier.clone(),
             mountpoint: path.clone(),
             stats,
             counters,

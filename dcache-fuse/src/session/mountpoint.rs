@@ -11,12 +11,9 @@
 //! **Whose mount.** Right after mounting, the daemon records the new
 //! mount's device (`major:minor` in /proc/self/mountinfo) and from then on
 //! unmounts only a mount with that device, and only while it is the top
-//! one on its path ([`OwnMount`]). fuser's own unmount (when its session or
-//! `BackgroundSession` is dropped) is never let run: it unmounts by path,
-//! and fuser 0.18's "already unmounted?" test (a poll of /dev/fuse) takes
-//! POLLERR, which an unmounted connection returns, for "still mounted" —
-//! so after `fusermount3 -u` of a mount stacked on another dcache mount,
-//! the upper daemon would unmount the lower one too.
+//! one on its path ([`OwnMount`]): unmounting by path alone would, after
+//! `fusermount3 -u` of a mount stacked on another dcache mount, unmount
+//! the lower one too.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -26,6 +23,7 @@ use dcache::errno::Errno;
 
 use super::mountinfo;
 use crate::options::DEFAULT_SUBTYPE;
+use crate::wire::mount::fusermount;
 
 /// Check `mountpoint` before mounting on it and return its canonical path:
 /// it must be a directory; a dead dcache mount on it (its daemon killed)
@@ -122,7 +120,7 @@ fn umount(at: &Path, flags: i32) -> io::Result<()> {
     }
 }
 
-/// Why mounting on `mountpoint` failed (fuser's error `e`), naming the
+/// Why mounting on `mountpoint` failed (error `e`), naming the
 /// real cause rather than blaming the mount point: /dev/fuse that cannot
 /// be opened (missing module, or not open to this user), a missing
 /// `fusermount3` (how a non-root user mounts), or fusermount3's own
@@ -136,28 +134,6 @@ pub(crate) fn mount_failed(mountpoint: &Path, e: &io::Error) -> String {
         .open("/dev/fuse")
         .err();
     explain_mount_error(mountpoint, e, root, dev.as_ref(), &fusermount())
-}
-
-/// Where fuser looks for the mount helper: `$FUSERMOUNT_PATH`, else
-/// `fusermount3` or `fusermount` in PATH, /sbin or /bin. `Err` names what
-/// was looked for.
-fn fusermount() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("{} (FUSERMOUNT_PATH)", p.display()))
-        };
-    }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    dirs.extend(["/sbin".into(), "/bin".into()]);
-    dirs.iter()
-        .flat_map(|d| [d.join("fusermount3"), d.join("fusermount")])
-        .find(|p| p.is_file())
-        .ok_or_else(|| "fusermount3".to_string())
 }
 
 /// [`mount_failed`] given what it found: whether we are root, the error
@@ -192,7 +168,7 @@ fn explain_mount_error(
     }
     match e.raw_os_error() {
         Some(n) => format!("cannot mount on {}: {}", mountpoint.display(), Errno(n)),
-        // fusermount3's message ("fusermount3: ..."), or fuser's.
+        // fusermount3's message ("fusermount3: ..."), or ours.
         None => format!(
             "cannot mount on {}: {}",
             mountpoint.display(),
@@ -283,7 +259,7 @@ mod tests {
             m.contains("/dev/fuse: ENOENT") && m.contains("modprobe fuse"),
             "{m}"
         );
-        // No fusermount3 where fuser looks for it.
+        // No fusermount3 where the mount looks for it.
         let none = Err("fusermount3".to_string());
         let m = explain_mount_error(mnt, &io(libc::ENOENT), false, None, &none);
         assert!(

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fuser::{INodeNo, Notifier};
-
 use dcache::vfs::Counters;
 
 use crate::stats::{Report, Stats};
 use crate::usage::Usage;
+use crate::wire::abi::ROOT_ID;
+use crate::wire::dev::Notifier;
 
 /// Makes the kernel forget what it caches but does not use.
 pub(crate) struct Pruner {
@@ -38,7 +38,10 @@ impl Pruner {
             let names: Vec<_> = rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
             for n in names {
                 // ENOENT: the kernel had nothing cached under that name.
-                let _ = self.notifier.inval_entry(INodeNo::ROOT, &n);
+                let _ = self.notifier.inval_entry(
+                    ROOT_ID,
+                    std::os::unix::ffi::OsStrExt::as_bytes(n.as_os_str()),
+                );
             }
         }
         let start = Instant::now();

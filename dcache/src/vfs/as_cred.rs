@@ -211,6 +211,23 @@ impl<'v> AsCred<'v, '_> {
             .open_as(self.cred, at, path.as_ref(), flags, perm, self.ctx())
     }
 
+    /// `open(2)` with `O_TMPFILE`: a regular file with no name, owned by
+    /// the caller, in the directory `path` names (write and search
+    /// permission on it), opened with `flags` (an access mode that writes;
+    /// EINVAL otherwise). `link_dentry` on its dentry names it later,
+    /// unless `flags` has `O_EXCL`; otherwise it goes with its last close.
+    /// EOPNOTSUPP where the backend has no unnamed files.
+    pub fn tmpfile(
+        &self,
+        at: At<'_>,
+        path: impl AsRef<[u8]>,
+        flags: i32,
+        perm: u16,
+    ) -> Result<OpenFile<'v>> {
+        self.vfs
+            .tmpfile_as(self.cred, at, path.as_ref(), flags, perm, self.ctx())
+    }
+
     /// Create a regular file owned by the caller; EEXIST if the name
     /// exists. Needs write and search permission on the parent directory.
     pub fn create(&self, at: At<'_>, path: impl AsRef<[u8]>, perm: u16) -> Result<DentryRef<'v>> {

@@ -82,28 +82,11 @@ pub(crate) unsafe fn d_alloc_hashed(
 ) -> *mut Dentry {
     let hash = name_hash(name);
     loop {
-        let d = sb
-            .dentry_cache
-            .alloc(Dentry::new(
-                std::ptr::from_ref(sb).cast(),
-                parent,
-                name,
-                hash,
-            ))
-            .as_ptr();
+        // SAFETY: the caller's contract (a held directory of sb).
+        let d = unsafe { d_alloc_child(sb, parent, name, hash, attr) };
         // SAFETY: freshly allocated.
         let dr = unsafe { &*d };
         dr.d_time.store(cookie, Ordering::Relaxed);
-        sb.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
-        sb.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
-        if let Some(a) = attr {
-            dr.d_inode.store(iget(sb, a, d), Ordering::Relaxed);
-        }
-        // The child pins its parent.
-        // SAFETY: the caller holds a reference on parent.
-        let pr = unsafe { &*parent };
-        pr.d_lockref.get();
-        pr.d_children.fetch_add(1, Ordering::Relaxed);
         dr.set_flags(D_HASHED);
         if attr.is_none() {
             dr.set_flags(D_NEG_COUNTED);
@@ -129,6 +112,64 @@ pub(crate) unsafe fn d_alloc_hashed(
                 crate::sync::yield_now();
             }
         }
+    }
+}
+
+/// Allocate a child of `parent` named `name`, bound to `attr` (`None`:
+/// negative), not hashed: one reference for the caller, one taken on the
+/// parent.
+///
+/// # Safety
+/// As [`d_alloc_hashed`]: `parent` is a live directory dentry of `sb`
+/// that the caller holds for the whole call.
+unsafe fn d_alloc_child(
+    sb: &Super,
+    parent: *mut Dentry,
+    name: &[u8],
+    hash: u32,
+    attr: Option<&Attr>,
+) -> *mut Dentry {
+    let d = sb
+        .dentry_cache
+        .alloc(Dentry::new(
+            std::ptr::from_ref(sb).cast(),
+            parent,
+            name,
+            hash,
+        ))
+        .as_ptr();
+    // SAFETY: freshly allocated.
+    let dr = unsafe { &*d };
+    sb.counters.dentries.fetch_add(1, StdOrdering::Relaxed);
+    sb.counters.allocated.fetch_add(1, StdOrdering::Relaxed);
+    if let Some(a) = attr {
+        dr.d_inode.store(iget(sb, a, d), Ordering::Relaxed);
+    }
+    // The child pins its parent.
+    // SAFETY: the caller holds a reference on parent.
+    let pr = unsafe { &*parent };
+    pr.d_lockref.get();
+    pr.d_children.fetch_add(1, Ordering::Relaxed);
+    d
+}
+
+/// Linux's `d_tmpfile`: a dentry for a file with no name (O_TMPFILE),
+/// under `parent` and called `#<ino>`, never hashed, so no lookup finds
+/// it; it dies with its last reference. One reference for the caller.
+///
+/// # Safety
+/// As [`d_alloc_hashed`].
+pub(crate) unsafe fn d_alloc_tmpfile(sb: &Super, parent: *mut Dentry, attr: &Attr) -> *mut Dentry {
+    let name = format!("#{}", attr.ino);
+    // SAFETY: the caller's contract.
+    unsafe {
+        d_alloc_child(
+            sb,
+            parent,
+            name.as_bytes(),
+            name_hash(name.as_bytes()),
+            Some(attr),
+        )
     }
 }
 

@@ -173,6 +173,53 @@ impl Vfs {
         }
     }
 
+    /// `open(2)` with `O_TMPFILE` on behalf of `cred`: `path` names a
+    /// directory (searched as usual), in which a regular file with no name
+    /// is created (write and search permission on the directory, as Linux's
+    /// `vfs_tmpfile`) and opened. Its dentry is `#<ino>`, unhashed (Linux's
+    /// `d_tmpfile`); `linkat` (`link_dentry`) may give it a name unless
+    /// `flags` has O_EXCL. The access mode must include writing (EINVAL).
+    pub(crate) fn tmpfile_as<'v>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        flags: i32,
+        perm: u16,
+        ctx: Ctx,
+    ) -> Result<OpenFile<'v>> {
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(Errno::EINVAL);
+        }
+        check_path(path)?;
+        let parent = self.lookup_as(cred, at, path, true)?;
+        let dir = parent.inode().ok_or(Errno::ENOENT)?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        self.may_create_in(cred, dir)?;
+        let (perm, acls) = self.acl_create(cred, dir, libc::S_IFREG, perm)?;
+        let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
+        let sb = self.sb();
+        let (attr, fh) = super::dcache::fd_retry(sb, || sb.fs.tmpfile(dir.ino, perm, flags, ctx))?;
+        if let Err(e) = self.acl_store_new(attr.ino, &acls) {
+            let _ = sb.fs.release(attr.ino, fh);
+            return Err(e);
+        }
+        // SAFETY: `parent` is our reference on a directory of this Vfs.
+        let d = unsafe { super::dcache::d_alloc_tmpfile(sb, parent.as_ptr(), &attr) };
+        // SAFETY: d_alloc_tmpfile returns a dentry of this Vfs carrying one
+        // reference for the caller (d_alloc_child never returns null: the
+        // slab aborts on exhaustion).
+        let d = unsafe { DentryRef::from_counted(std::ptr::NonNull::new_unchecked(d)) };
+        let fs = &sb.fs;
+        let flags = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        // SAFETY: as in `open_checked`: the Super owns `fs` until the Vfs
+        // drops, and the file's path is a `DentryRef<'v>`.
+        let f = unsafe { FileRef::open_borrowing_fs(d, fs, attr.ino, fh, flags, 0) };
+        Ok(OpenFile(f))
+    }
+
     /// The dentry to open and whether this call created it.
     fn open_create<'v>(
         &'v self,

@@ -1,0 +1,318 @@
+//! Each request, answered: the arguments a parsed [`Request`] carries go to
+//! one [`FuseCore`](crate::core::FuseCore) call, and its result becomes the
+//! reply the opcode expects.
+
+use dcache::errno::Result;
+use dcache::permission::search_for_all;
+
+use super::{handle, node, secs, DcacheFs, GENERATION};
+use crate::attr::{dirent_type, file_attr, set_attr};
+use crate::core::{xattr_cred, XattrReply};
+use crate::wire::abi::{self, fattr};
+use crate::wire::{Op, Out, Request};
+
+fn empty(out: &mut Out, r: Result<()>) {
+    if let Err(e) = r {
+        out.error(e.raw());
+    }
+}
+
+fn xattr(out: &mut Out, r: Result<XattrReply>) {
+    match r {
+        Ok(XattrReply::Size(n)) => out.push(&abi::GetxattrOut {
+            size: n,
+            padding: 0,
+        }),
+        Ok(XattrReply::Data(d)) => out.data(d),
+        Err(e) => out.error(e.raw()),
+    }
+}
+
+/// A byte count for a WRITE or COPY_FILE_RANGE reply: at most max_write
+/// (or the backend's copy limit), which fits.
+fn written(out: &mut Out, r: Result<usize>) {
+    match r {
+        Ok(n) => out.push(&abi::WriteOut {
+            size: u32::try_from(n).unwrap_or(u32::MAX),
+            padding: 0,
+        }),
+        Err(e) => out.error(e.raw()),
+    }
+}
+
+impl DcacheFs {
+    /// Answer `req` into `out`.
+    pub(super) fn answer(&self, req: &Request<'_>, out: &mut Out) {
+        let h = &req.header;
+        let id = h.nodeid;
+        let core = &self.core;
+        match &req.op {
+            // A second INIT: the handshake is over.
+            Op::Init(_) => out.error(libc::EIO),
+            Op::Destroy => self.finish(),
+            // We answer every request promptly; an interrupt needs nothing.
+            Op::Interrupt(_) => out.none(),
+            Op::Forget(f) => {
+                core.forget(node(id), f.nlookup);
+                out.none();
+            }
+            Op::BatchForget(v) => {
+                for f in v {
+                    core.forget(node(f.nodeid), f.nlookup);
+                }
+                out.none();
+            }
+            Op::Lookup { name } => self.lookup(h, name, out),
+            Op::Getattr(_) => match core.getattr(node(id)) {
+                Ok(a) => self.attr_out(out, &a),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::Setattr(s) => self.setattr(h, s, out),
+            Op::Readlink => match core.readlink(node(id)) {
+                Ok(t) => out.data(t),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::Symlink { name, target } => {
+                let r = core.symlink(&self.cred(h), node(id), name, target);
+                self.reply_entry(out, r);
+            }
+            Op::Mknod { arg, name } => {
+                let cred = self.create_cred(h, arg.umask);
+                let r = core.mknod(&cred, node(id), name, arg.mode, arg.rdev);
+                self.reply_entry(out, r);
+            }
+            Op::Mkdir { arg, name } => {
+                let cred = self.create_cred(h, arg.umask);
+                let r = core.mkdir(&cred, node(id), name, arg.mode);
+                self.reply_entry(out, r);
+            }
+            Op::Unlink { name } => empty(out, core.unlink(&self.cred(h), node(id), name)),
+            Op::Rmdir { name } => empty(out, core.rmdir(&self.cred(h), node(id), name)),
+            Op::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => {
+                let r = core.rename(
+                    &self.cred(h),
+                    node(id),
+                    name,
+                    node(*newdir),
+                    newname,
+                    *flags,
+                );
+                empty(out, r);
+            }
+            Op::Link { arg, name } => {
+                let r = core.link(&self.cred(h), node(arg.oldnodeid), node(id), name);
+                self.reply_entry(out, r);
+            }
+            Op::Open(o) => match core.open(&self.cred(h), node(id), o.flags as i32) {
+                Ok(fh) => out.push(&abi::OpenOut {
+                    fh: fh.raw(),
+                    open_flags: self.open_flags(),
+                    padding: 0,
+                }),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::Read(r) => match core.read(handle(r.fh), r.offset, r.size) {
+                Ok(d) => out.data(d),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::Write { arg, data } => written(out, core.write(handle(arg.fh), arg.offset, data)),
+            Op::Statfs => match core.statfs() {
+                Ok(s) => out.push(&abi::StatfsOut {
+                    blocks: s.blocks,
+                    bfree: s.bfree,
+                    bavail: s.bavail,
+                    files: s.files,
+                    ffree: s.ffree,
+                    bsize: s.bsize,
+                    namelen: s.namelen,
+                    frsize: s.frsize,
+                    ..Default::default()
+                }),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::Release(r) => empty(out, core.release_file(handle(r.fh))),
+            Op::Flush(f) => empty(out, core.flush(handle(f.fh))),
+            Op::Fsync(f) => empty(out, core.fsync(handle(f.fh), f.fsync_flags & 1 != 0)),
+            Op::Opendir(o) => {
+                // Without our own checks the kernel checked; nothing is kept
+                // per open directory.
+                let r = if self.cfg.check_permissions {
+                    core.opendir(&self.cred(h), node(id), o.flags as i32)
+                } else {
+                    Ok(())
+                };
+                match r {
+                    Ok(()) => out.push(&abi::OpenOut::default()),
+                    Err(e) => out.error(e.raw()),
+                }
+            }
+            Op::Readdir(r) => {
+                let mut buf = out.dir(r.size);
+                let res = core.readdir(node(id), r.offset, &mut |ino, off, k, name| {
+                    !buf.add(ino, off, dirent_type(k), name)
+                });
+                if let Err(e) = res {
+                    out.error(e.raw());
+                }
+            }
+            Op::Readdirplus(r) => self.readdirplus(id, r, out),
+            // Directory changes are made in the backend as they happen.
+            Op::Releasedir(_) | Op::Fsyncdir(_) => {}
+            Op::Access(a) => empty(out, core.access(&self.cred(h), node(id), a.mask as i32)),
+            Op::Create { arg, name } => {
+                let cred = self.create_cred(h, arg.umask);
+                let r = core.create(&cred, node(id), name, arg.mode, arg.flags as i32);
+                self.reply_created(out, r);
+            }
+            Op::Tmpfile { arg } => {
+                let cred = self.create_cred(h, arg.umask);
+                let r = core.tmpfile(&cred, node(id), arg.mode, arg.flags as i32);
+                self.reply_created(out, r);
+            }
+            // Extended attributes (see `core::xattr`): a size of 0 asks for
+            // the length, a short buffer is ERANGE.
+            Op::Getxattr { arg, name } => {
+                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
+                xattr(out, core.getxattr(&cred, node(id), name, arg.size));
+            }
+            Op::Listxattr(arg) => {
+                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
+                xattr(out, core.listxattr(&cred, node(id), arg.size));
+            }
+            Op::Setxattr { arg, name, value } => {
+                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
+                let r = core.setxattr(&cred, node(id), name, value, arg.flags as i32);
+                empty(out, r);
+            }
+            Op::Removexattr { name } => {
+                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
+                empty(out, core.removexattr(&cred, node(id), name));
+            }
+            // File operations beyond read and write. Answering these keeps
+            // the kernel asking: an ENOSYS to LSEEK makes it treat every
+            // file as all data, one to FALLOCATE or COPY_FILE_RANGE makes
+            // it answer EOPNOTSUPP (or copy through the page cache) for
+            // the rest of the mount.
+            Op::Fallocate(f) => {
+                let r = core.fallocate(handle(f.fh), f.offset, f.length, f.mode as i32);
+                empty(out, r);
+            }
+            Op::Lseek(l) => match core.lseek(handle(l.fh), l.offset as i64, l.whence as i32) {
+                Ok(at) => out.push(&abi::LseekOut { offset: at as u64 }),
+                Err(e) => out.error(e.raw()),
+            },
+            Op::CopyFileRange(c) => {
+                let r = core.copy_file_range(
+                    handle(c.fh_in),
+                    c.off_in,
+                    handle(c.fh_out),
+                    c.off_out,
+                    c.len,
+                    c.flags,
+                );
+                written(out, r);
+            }
+            Op::Unknown => out.error(libc::ENOSYS),
+        }
+    }
+
+    fn lookup(&self, h: &crate::wire::Header, name: &[u8], out: &mut Out) {
+        let parent = node(h.nodeid);
+        match self.core.lookup(&self.cred(h), parent, name) {
+            Ok(Some(e)) => self.reply_entry(out, Ok(e)),
+            Ok(None)
+                if !self.cfg.timeouts.negative.is_zero()
+                    && !self
+                        .entry_ttl(self.core.searchable_by_all(parent))
+                        .is_zero() =>
+            {
+                // Node id 0: the kernel caches the name as missing for the
+                // entry timeout.
+                let (entry_valid, entry_valid_nsec) = secs(self.cfg.timeouts.negative);
+                out.push(&abi::EntryOut {
+                    entry_valid,
+                    entry_valid_nsec,
+                    generation: GENERATION,
+                    ..Default::default()
+                });
+            }
+            Ok(None) => out.error(libc::ENOENT),
+            Err(e) => out.error(e.raw()),
+        }
+    }
+
+    fn setattr(&self, h: &crate::wire::Header, s: &abi::SetattrIn, out: &mut Out) {
+        let id = node(h.nodeid);
+        // A handle (ftruncate, futimens) names the same node: the change
+        // goes to the node either way.
+        let set = set_attr(s);
+        // A directory that stops being searchable by everyone: the kernel
+        // may still hold names under it with their timeouts, which it would
+        // serve to callers who may no longer search there (it checks no
+        // search permission itself under no_default_permissions). Ask it to
+        // drop the directory's entry, and with it the subtree.
+        let watch =
+            self.cfg.check_permissions && set.perm.is_some() && self.core.searchable_by_all(id);
+        let via_fh = s.valid & fattr::FH != 0;
+        match self.core.setattr(&self.cred(h), id, &set, via_fh) {
+            Ok(a) => {
+                self.attr_out(out, &a);
+                if watch && !search_for_all(a.mode()) {
+                    self.invalidate_entry_of(id);
+                }
+            }
+            Err(e) => out.error(e.raw()),
+        }
+    }
+
+    fn readdirplus(&self, id: u64, r: &abi::ReadIn, out: &mut Out) {
+        let (entry_valid, entry_valid_nsec) =
+            secs(self.entry_ttl(self.core.searchable_by_all(node(id))));
+        let (attr_valid, attr_valid_nsec) = secs(self.cfg.timeouts.attr);
+        let mut buf = out.dir(r.size);
+        let res = self
+            .core
+            .readdirplus(node(id), r.offset, &mut |nodeid, off, name, a| {
+                let e = abi::EntryOut {
+                    nodeid,
+                    generation: GENERATION,
+                    entry_valid,
+                    attr_valid,
+                    entry_valid_nsec,
+                    attr_valid_nsec,
+                    attr: file_attr(a),
+                };
+                !buf.add_plus(&e, off, dirent_type(a.kind), name)
+            });
+        if let Err(e) = res {
+            out.error(e.raw());
+        }
+        self.bound_kernel_nodes();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::abi::Pod;
+    use dcache::errno::Errno;
+
+    #[test]
+    fn helpers_answer_errors_without_a_body() {
+        let mut o = Out::default();
+        o.start(1);
+        written(&mut o, Err(Errno::ENOSPC));
+        assert_eq!((o.errno(), o.body().len()), (libc::ENOSPC, 0));
+        o.start(2);
+        written(&mut o, Ok(5));
+        assert_eq!(o.body().len(), 8);
+        o.start(3);
+        xattr(&mut o, Ok(XattrReply::Size(12)));
+        assert_eq!(abi::GetxattrOut::read_prefix(o.body()).size, 12);
+    }
+}

@@ -1,0 +1,210 @@
+//! Building what the daemon sends back: one reply per request (none for
+//! FORGET, BATCH_FORGET and INTERRUPT), a header and the records the
+//! opcode expects, written with one `writev`. [`Out`] is a worker's
+//! reusable buffer; [`DirBuf`] packs READDIR and READDIRPLUS records up to
+//! the size the kernel asked for.
+
+use std::io::IoSlice;
+use std::mem::size_of;
+
+use super::abi::{self, dirent_align, Pod};
+
+/// One reply being built (reused from request to request).
+#[derive(Debug, Default)]
+pub struct Out {
+    unique: u64,
+    error: i32,
+    /// The records after the header.
+    body: Vec<u8>,
+    /// Data sent after `body` without copying it there (a read's bytes).
+    tail: Vec<u8>,
+    /// False: the request takes no reply.
+    reply: bool,
+    /// The header, filled in by [`Out::iov`].
+    header: abi::OutHeader,
+}
+
+impl Out {
+    /// Start the reply to request `unique`: success, empty.
+    pub fn start(&mut self, unique: u64) {
+        self.unique = unique;
+        self.error = 0;
+        self.body.clear();
+        self.tail.clear();
+        self.reply = true;
+    }
+
+    /// Answer with an error (a positive errno); drops anything added.
+    pub fn error(&mut self, errno: i32) {
+        self.error = -errno;
+        self.body.clear();
+        self.tail.clear();
+    }
+
+    /// Send nothing (FORGET and its kind).
+    pub fn none(&mut self) {
+        self.reply = false;
+    }
+
+    /// Whether a reply is to be sent.
+    pub fn wants_reply(&self) -> bool {
+        self.reply
+    }
+
+    /// The errno answered (0: success), for tests.
+    pub fn errno(&self) -> i32 {
+        -self.error
+    }
+
+    /// Append a record.
+    pub fn push<T: Pod>(&mut self, r: &T) {
+        self.body.extend_from_slice(r.as_bytes());
+    }
+
+    /// Append bytes.
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.body.extend_from_slice(b);
+    }
+
+    /// Send `data` after the records, without copying it.
+    pub fn data(&mut self, data: Vec<u8>) {
+        self.tail = data;
+    }
+
+    /// The body so far (for tests).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The buffer READDIR and READDIRPLUS records go into.
+    pub fn dir(&mut self, max: u32) -> DirBuf<'_> {
+        DirBuf {
+            buf: &mut self.body,
+            max: max as usize,
+        }
+    }
+
+    /// The reply's pieces, header first, for one `writev`.
+    pub fn iov(&mut self) -> [IoSlice<'_>; 3] {
+        let len = size_of::<abi::OutHeader>() + self.body.len() + self.tail.len();
+        self.header = abi::OutHeader {
+            // A reply is at most a header, a directory buffer or a read of
+            // at most max_write bytes: far below 4 GiB.
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+            error: self.error,
+            unique: self.unique,
+        };
+        [
+            IoSlice::new(self.header.as_bytes()),
+            IoSlice::new(&self.body),
+            IoSlice::new(&self.tail),
+        ]
+    }
+}
+
+/// Directory records for one READDIR(PLUS) reply, at most `max` bytes.
+pub struct DirBuf<'a> {
+    buf: &'a mut Vec<u8>,
+    max: usize,
+}
+
+impl DirBuf<'_> {
+    /// Add a READDIR record; false when it does not fit (nothing added).
+    pub fn add(&mut self, ino: u64, off: u64, kind: u32, name: &[u8]) -> bool {
+        let len = dirent_align(size_of::<abi::Dirent>() + name.len());
+        if self.buf.len() + len > self.max {
+            return false;
+        }
+        self.record(ino, off, kind, name, len);
+        true
+    }
+
+    /// Add a READDIRPLUS record; false when it does not fit.
+    pub fn add_plus(&mut self, entry: &abi::EntryOut, off: u64, kind: u32, name: &[u8]) -> bool {
+        let len = dirent_align(size_of::<abi::EntryOut>() + size_of::<abi::Dirent>() + name.len());
+        if self.buf.len() + len > self.max {
+            return false;
+        }
+        let start = self.buf.len();
+        self.buf.extend_from_slice(entry.as_bytes());
+        self.record(
+            entry.attr.ino,
+            off,
+            kind,
+            name,
+            len - size_of::<abi::EntryOut>(),
+        );
+        debug_assert_eq!(self.buf.len() - start, len);
+        true
+    }
+
+    fn record(&mut self, ino: u64, off: u64, kind: u32, name: &[u8], len: usize) {
+        let d = abi::Dirent {
+            ino,
+            off,
+            // A name is at most 255 bytes (the Vfs refuses longer ones).
+            namelen: u32::try_from(name.len()).unwrap_or(u32::MAX),
+            kind,
+        };
+        let start = self.buf.len();
+        self.buf.extend_from_slice(d.as_bytes());
+        self.buf.extend_from_slice(name);
+        self.buf.resize(start + len, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_and_directory_records() {
+        let mut o = Out::default();
+        o.start(5);
+        o.push(&abi::WriteOut {
+            size: 3,
+            padding: 0,
+        });
+        o.data(b"abc".to_vec());
+        let iov = o.iov();
+        let total: usize = iov.iter().map(|s| s.len()).sum();
+        assert_eq!(total, 16 + 8 + 3);
+        let h = abi::OutHeader::read(&iov[0]).unwrap();
+        assert_eq!((h.len, h.error, h.unique), (27, 0, 5));
+
+        o.start(6);
+        o.push(&abi::WriteOut::default());
+        o.error(2);
+        let h = abi::OutHeader::read(&o.iov()[0]).unwrap();
+        assert_eq!((h.len, h.error), (16, -2), "an error carries no body");
+
+        o.start(7);
+        let mut d = o.dir(64);
+        assert!(d.add(3, 1, 8, b"a"));
+        assert!(
+            d.add(4, 2, 8, b"bcdefghi"),
+            "24 + 8 = 32 bytes: fits exactly"
+        );
+        assert!(!d.add(5, 3, 8, b"c"), "full");
+        assert_eq!(o.body().len(), 64);
+        assert_eq!(&o.body()[24..25], b"a");
+        assert_eq!(&o.body()[25..32], &[0; 7], "padded to 8 bytes");
+        let e = abi::Dirent::read(&o.body()[32..]).unwrap();
+        assert_eq!((e.ino, e.off, e.namelen), (4, 2, 8));
+
+        o.start(8);
+        let mut d = o.dir(4096);
+        let entry = abi::EntryOut {
+            nodeid: 9,
+            attr: abi::Attr {
+                ino: 9,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(d.add_plus(&entry, 1, 8, b"xyz"));
+        assert_eq!(o.body().len(), 160);
+        let e = abi::Dirent::read(&o.body()[128..]).unwrap();
+        assert_eq!((e.ino, e.namelen), (9, 3));
+    }
+}
