@@ -82,9 +82,14 @@ impl Dev {
         // SAFETY: read(2) into a live, exclusively borrowed buffer of
         // buf.len() bytes.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
+        if n > 0 {
             // n <= buf.len().
             return Ok(Received::Request(n as usize));
+        }
+        if n == 0 {
+            // /dev/fuse never reads 0 bytes; another channel (a socket in
+            // tests) does at its end.
+            return Ok(Received::Gone);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {

@@ -232,6 +232,150 @@ fn work<H: Handler>(dev: &Dev, handler: &H, access: Access) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::abi::Pod;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    /// Two ends of a SOCK_SEQPACKET pair: one read returns one message,
+    /// as a read of /dev/fuse returns one request.
+    fn channel() -> (Dev, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair fills two descriptors we then own.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: both descriptors were just created and are ours alone.
+        unsafe {
+            (
+                Dev::from_fd(OwnedFd::from_raw_fd(fds[0])),
+                OwnedFd::from_raw_fd(fds[1]),
+            )
+        }
+    }
+
+    fn send(to: &OwnedFd, opcode: u32, unique: u64, uid: u32, body: &[u8]) {
+        let h = abi::InHeader {
+            len: (40 + body.len()) as u32,
+            opcode,
+            unique,
+            nodeid: 1,
+            uid,
+            ..Default::default()
+        };
+        let mut m = h.as_bytes().to_vec();
+        m.extend_from_slice(body);
+        // SAFETY: write(2) of a live buffer.
+        let n = unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(to),
+                m.as_ptr().cast(),
+                m.len(),
+            )
+        };
+        assert_eq!(n as usize, m.len());
+    }
+
+    fn recv(from: &OwnedFd) -> (abi::OutHeader, Vec<u8>) {
+        let mut b = vec![0u8; 4096];
+        // SAFETY: read(2) into a live buffer.
+        let n = unsafe {
+            libc::read(
+                std::os::fd::AsRawFd::as_raw_fd(from),
+                b.as_mut_ptr().cast(),
+                b.len(),
+            )
+        };
+        assert!(n >= 16, "a reply");
+        let h = abi::OutHeader::read(&b).unwrap();
+        assert_eq!(h.len as isize, n, "the header's length is the reply's");
+        (h, b[16..n as usize].to_vec())
+    }
+
+    /// Answers LOOKUP of "x" with ENOENT and takes FORGETs silently.
+    struct Toy(u64);
+
+    impl Handler for Toy {
+        fn init(&mut self, offered: u64) -> u64 {
+            self.0 = offered;
+            init::PARALLEL_DIROPS | init::POSIX_ACL
+        }
+        fn handle(&self, req: &Request<'_>, out: &mut Out) {
+            match req.op {
+                Op::Lookup { name: b"x" } => out.error(libc::ENOENT),
+                Op::Forget(_) => out.none(),
+                _ => out.error(libc::ENOSYS),
+            }
+        }
+    }
+
+    #[test]
+    fn handshake_then_requests_over_a_channel() {
+        let (dev, kernel) = channel();
+        let dev = Arc::new(dev);
+        // A newer major first: we answer with ours and wait for another.
+        let init_in = |major, minor, flags| abi::InitIn {
+            major,
+            minor,
+            max_readahead: 65536,
+            flags,
+            ..Default::default()
+        };
+        send(&kernel, op::INIT, 1, 0, init_in(8, 0, 0).as_bytes());
+        let offered = (init::ASYNC_READ | init::PARALLEL_DIROPS | init::BIG_WRITES) as u32;
+        send(&kernel, op::INIT, 2, 0, init_in(7, 45, offered).as_bytes());
+        let mut toy = Toy(0);
+        let n = handshake(&dev, &mut toy).unwrap();
+        let (h, b) = recv(&kernel);
+        let first = abi::InitOut::read_prefix(&b);
+        assert_eq!((h.unique, first.major), (1, abi::MAJOR));
+        let (h, b) = recv(&kernel);
+        let out = abi::InitOut::read_prefix(&b);
+        assert_eq!(
+            (h.unique, h.error, out.major, out.minor),
+            (2, 0, 7, abi::MINOR)
+        );
+        // Only what the kernel offered: POSIX_ACL was not.
+        assert_eq!(
+            u64::from(out.flags),
+            init::ASYNC_READ | init::PARALLEL_DIROPS | init::BIG_WRITES
+        );
+        assert_eq!(n.flags, u64::from(out.flags));
+        assert_eq!((out.max_write, out.max_readahead), (MAX_WRITE, 65536));
+        assert_eq!(toy.0, u64::from(offered));
+
+        let w = start(&dev, Arc::new(toy), 2, false, Access::OwnerAndRoot(1000)).unwrap();
+        send(&kernel, op::LOOKUP, 3, 1000, b"x\0");
+        let (h, b) = recv(&kernel);
+        assert_eq!((h.unique, h.error, b.len()), (3, -libc::ENOENT, 0));
+        // A FORGET gets no reply: the next reply is the next request's.
+        send(
+            &kernel,
+            op::FORGET,
+            4,
+            1000,
+            abi::ForgetIn { nlookup: 1 }.as_bytes(),
+        );
+        // Not the owner nor root: refused before the handler sees it.
+        send(&kernel, op::LOOKUP, 5, 1001, b"x\0");
+        let (h, _) = recv(&kernel);
+        assert_eq!((h.unique, h.error), (5, -libc::EACCES));
+        // A lying length is answered EINVAL.
+        send(&kernel, op::LOOKUP, 6, 1000, b"no-nul");
+        let (h, _) = recv(&kernel);
+        assert_eq!((h.unique, h.error), (6, -libc::EINVAL));
+        // An opcode nobody knows: ENOSYS from the handler.
+        send(&kernel, 4242, 7, 1000, b"");
+        let (h, _) = recv(&kernel);
+        assert_eq!((h.unique, h.error), (7, -libc::ENOSYS));
+        // The other end goes: every worker ends.
+        drop(kernel);
+        w.join().unwrap();
+    }
 
     #[test]
     fn allow_root_refuses_others_but_lets_them_finish() {
