@@ -22,6 +22,7 @@ use super::options::Timeouts;
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 use super::wire::abi::{self, init};
+use super::wire::dev::Dev;
 use super::wire::{Handler, Header, Out, Request};
 
 /// The generation of every entry. A node id is an inode number, which
@@ -40,6 +41,9 @@ pub struct FsConfig {
     /// Open files with FOPEN_DIRECT_IO (reads and writes bypass the page
     /// cache: right for generated files whose size is not their length).
     pub direct_io: bool,
+    /// Open the backend's host files with kernel backing files, so the
+    /// kernel does their I/O (`-o passthrough_io`, see `fs/backing.rs`).
+    pub passthrough_io: bool,
     /// dcache checks permissions itself (`-o no_default_permissions`);
     /// otherwise the kernel has, and requests carry every capability.
     pub check_permissions: bool,
@@ -67,8 +71,11 @@ pub struct DcacheFs {
     umask_here: bool,
     /// When the kernel may next be asked to drop nodes.
     budget: budget::NodeBudget,
+    /// Backing files for passthrough I/O.
+    backing: backing::Backing,
 }
 
+mod backing;
 mod budget;
 
 /// Something the kernel's cache for this mount must drop, sent to it by the
@@ -142,7 +149,18 @@ impl DcacheFs {
             inval,
             umask_here: false,
             budget: budget::NodeBudget::new(),
+            backing: backing::Backing::new(cfg.log),
         }
+    }
+
+    /// The connection is up: backing files are registered on `dev`.
+    pub fn connected(&self, dev: Arc<Dev>) {
+        self.backing.set_dev(dev);
+    }
+
+    /// Backing files registered with the kernel now (passthrough I/O).
+    pub fn backing_files(&self) -> usize {
+        self.backing.registered()
     }
 
     /// Where the session's entry invalidator goes once it is mounted.
@@ -303,14 +321,27 @@ impl DcacheFs {
         match r {
             Ok((e, fh)) => {
                 out.push(&self.entry_out(&e));
-                out.push(&abi::OpenOut {
-                    fh: fh.raw(),
-                    open_flags: self.open_flags(),
-                    padding: 0,
-                });
+                out.push(&self.open_out(fh));
                 self.bound_kernel_nodes();
             }
             Err(e) => out.error(e.raw()),
+        }
+    }
+
+    /// The OPEN reply for a file just opened as `fh`: with a backing file
+    /// when passthrough I/O is on and the backend has one.
+    fn open_out(&self, fh: Fh) -> abi::OpenOut {
+        match self.backing.open(&self.core, fh) {
+            Some(id) => abi::OpenOut {
+                fh: fh.raw(),
+                open_flags: self.open_flags() | abi::FOPEN_PASSTHROUGH,
+                backing_id: id,
+            },
+            None => abi::OpenOut {
+                fh: fh.raw(),
+                open_flags: self.open_flags(),
+                backing_id: 0,
+            },
         }
     }
 
@@ -368,8 +399,30 @@ impl Handler for DcacheFs {
         if self.backend_has_acls() {
             want |= init::POSIX_ACL | init::DONT_MASK;
         }
+        // Passthrough I/O: only where the backend keeps host files, and not
+        // around the page cache (the kernel refuses FOPEN_DIRECT_IO with
+        // a backing file).
+        let host_files = self.core.vfs().backend().has_host_files();
+        if self.cfg.passthrough_io && host_files && !self.cfg.direct_io {
+            want |= init::PASSTHROUGH;
+        }
         // Ask only for what this kernel offers.
         let got = want & offered;
+        if got & init::PASSTHROUGH != 0 {
+            self.backing.enable();
+        }
+        if self.cfg.log && host_files {
+            let why = if !self.cfg.passthrough_io {
+                "off (-o no_passthrough_io)"
+            } else if self.cfg.direct_io {
+                "off (direct_io)"
+            } else if got & init::PASSTHROUGH == 0 {
+                "off (the kernel does not offer FUSE_PASSTHROUGH)"
+            } else {
+                "on"
+            };
+            eprintln!("dcache: passthrough I/O {why}");
+        }
         let both = init::DONT_MASK | init::POSIX_ACL;
         self.umask_here = got & both == both;
         got

@@ -10,6 +10,7 @@
 //! | `default_permissions` / `no_default_permissions` | the kernel checks modes (default), or dcache does, for the credential of each request (uid, gid, and the groups of the calling task from /proc) |
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
+//! | `passthrough_io` / `no_passthrough_io` | the kernel does the I/O of passthrough's host files itself (FUSE passthrough, needs root; default on) |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
@@ -35,6 +36,8 @@ readdirplus             answer `ls -l` with one request per page (default)
 no_readdirplus          plain READDIR, then one LOOKUP per name
 direct_io               read and write around the page cache (default: kernfs)
 no_direct_io            use the page cache
+passthrough_io          the kernel reads and writes passthrough's host files itself (default, as root)
+no_passthrough_io       every read and write goes through the daemon
 max_threads=N           worker threads (default: one per CPU, 2 to 8)
 clone_fd                one /dev/fuse descriptor per worker (default)
 no_clone_fd             every worker reads one descriptor
@@ -122,6 +125,9 @@ pub struct MountOptions {
     pub readdirplus: bool,
     /// `None`: the backend's default.
     pub direct_io: Option<bool>,
+    /// Let the kernel do the I/O of files the backend keeps on a host
+    /// filesystem (`passthrough_io`, default on; FUSE passthrough).
+    pub passthrough_io: bool,
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
     /// Unused dentries the cache keeps (`max_cached=N`, default
@@ -166,6 +172,7 @@ impl Default for MountOptions {
             default_permissions: true,
             readdirplus: true,
             direct_io: None,
+            passthrough_io: true,
             max_threads: 0,
             max_cached: DEFAULT_MAX_CACHED,
             max_nodes: DEFAULT_MAX_NODES,
@@ -281,6 +288,8 @@ impl MountOptions {
                     "no_readdirplus" => self.readdirplus = false,
                     "direct_io" => self.direct_io = Some(true),
                     "no_direct_io" => self.direct_io = Some(false),
+                    "passthrough_io" => self.passthrough_io = true,
+                    "no_passthrough_io" => self.passthrough_io = false,
                     "clone_fd" => self.clone_fd = true,
                     "no_clone_fd" => self.clone_fd = false,
                     "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec"

@@ -69,6 +69,9 @@ pub struct Stats {
     pub(crate) open_files: CacheAligned<AtomicU64>,
     /// Forgets that named more references than were handed out (refused).
     pub(crate) bad_forgets: AtomicU64,
+    /// READ and WRITE requests answered (none for files the kernel reads
+    /// and writes itself, with passthrough I/O).
+    pub(crate) data_requests: Sharded,
 }
 
 /// A snapshot of [`Stats`]; printed at unmount.
@@ -85,6 +88,11 @@ pub struct Report {
 }
 
 impl Stats {
+    /// READ and WRITE requests answered so far.
+    pub fn data_requests(&self) -> u64 {
+        self.data_requests.load()
+    }
+
     /// The counts now.
     pub fn report(&self) -> Report {
         // Relaxed: see the module docs.

@@ -21,6 +21,18 @@ impl FuseCore {
         self.file(fh)?.fallocate(mode, offset, len)
     }
 
+    /// The backend's host file behind open file `fh`, with its inode
+    /// number, for passthrough I/O; `None` where the backend has none.
+    pub fn backing_file(&self, fh: Fh) -> Result<Option<(u64, std::os::fd::OwnedFd)>> {
+        let f = self.file(fh)?;
+        let ino = f.ino();
+        Ok(self
+            .vfs
+            .backend()
+            .backing_file(ino, f.fh())
+            .map(|fd| (ino, fd)))
+    }
+
     /// LSEEK: the kernel asks only for `SEEK_DATA` and `SEEK_HOLE` (it
     /// moves the position itself); the answer is the offset found.
     pub fn lseek(&self, fh: Fh, offset: i64, whence: i32) -> Result<i64> {

@@ -109,18 +109,20 @@ impl DcacheFs {
                 self.reply_entry(out, r);
             }
             Op::Open(o) => match core.open(&self.cred(h), node(id), o.flags as i32) {
-                Ok(fh) => out.push(&abi::OpenOut {
-                    fh: fh.raw(),
-                    open_flags: self.open_flags(),
-                    padding: 0,
-                }),
+                Ok(fh) => out.push(&self.open_out(fh)),
                 Err(e) => out.error(e.raw()),
             },
-            Op::Read(r) => match core.read(handle(r.fh), r.offset, r.size) {
-                Ok(d) => out.data(d),
-                Err(e) => out.error(e.raw()),
-            },
-            Op::Write { arg, data } => written(out, core.write(handle(arg.fh), arg.offset, data)),
+            Op::Read(r) => {
+                self.stats.data_requests.add(1);
+                match core.read(handle(r.fh), r.offset, r.size) {
+                    Ok(d) => out.data(d),
+                    Err(e) => out.error(e.raw()),
+                }
+            }
+            Op::Write { arg, data } => {
+                self.stats.data_requests.add(1);
+                written(out, core.write(handle(arg.fh), arg.offset, data));
+            }
             Op::Statfs => match core.statfs() {
                 Ok(s) => out.push(&abi::StatfsOut {
                     blocks: s.blocks,
@@ -135,7 +137,10 @@ impl DcacheFs {
                 }),
                 Err(e) => out.error(e.raw()),
             },
-            Op::Release(r) => empty(out, core.release_file(handle(r.fh))),
+            Op::Release(r) => {
+                self.backing.release(handle(r.fh));
+                empty(out, core.release_file(handle(r.fh)));
+            }
             Op::Flush(f) => empty(out, core.flush(handle(f.fh))),
             Op::Fsync(f) => empty(out, core.fsync(handle(f.fh), f.fsync_flags & 1 != 0)),
             Op::Opendir(o) => {

@@ -77,6 +77,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         timeouts: options.timeouts,
         readdirplus: options.readdirplus,
         direct_io: options.direct_io.unwrap_or(default_direct_io),
+        passthrough_io: options.passthrough_io,
         check_permissions: !options.default_permissions,
         log,
         max_nodes: options.max_nodes,
@@ -194,6 +195,7 @@ fn start(
     })?;
     let dev = Arc::new(m.dev);
     serve::handshake(&dev, &mut fs).map_err(|e| other("FUSE handshake", e))?;
+    fs.connected(dev.clone());
     let poll = fs.poll_slot();
     let inval = fs.inval_slot();
     if let Some(w) = options.poll_window(single) {
@@ -278,6 +280,17 @@ impl Mounted {
     /// The counts now.
     pub fn stats(&self) -> Report {
         self.pruner.stats.report()
+    }
+
+    /// READ and WRITE requests the daemon answered so far (files with
+    /// passthrough I/O make none).
+    pub fn data_requests(&self) -> u64 {
+        self.pruner.stats.data_requests()
+    }
+
+    /// Backing files registered with the kernel now (passthrough I/O).
+    pub fn backing_files(&self) -> usize {
+        self.session.as_ref().map_or(0, |s| s.fs.backing_files())
     }
 
     /// What the mount uses now (descriptors, memory, cache counts).

@@ -9,9 +9,10 @@ use std::mem::size_of;
 
 /// The protocol's major version.
 pub const MAJOR: u32 = 7;
-/// The minor version we implement (FUSE_TMPFILE is 7.37's; the structures
-/// we use are the same from 7.36 on).
-pub const MINOR: u32 = 38;
+/// The minor version we implement (7.37 brought FUSE_TMPFILE, 7.40
+/// passthrough's backing files; an older kernel's minor wins and its
+/// records are the prefixes of ours).
+pub const MINOR: u32 = 40;
 
 /// The root's node id.
 pub const ROOT_ID: u64 = 1;
@@ -75,6 +76,9 @@ pub mod init {
     pub const POSIX_ACL: u64 = 1 << 20;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const INIT_EXT: u64 = 1 << 30;
+    /// `flags2` bit 5: reads and writes of files opened with a backing
+    /// file go to it without the daemon.
+    pub const PASSTHROUGH: u64 = 1 << 37;
 }
 
 /// `fuse_setattr_in.valid` bits.
@@ -93,6 +97,9 @@ pub mod fattr {
 
 /// `fuse_open_out.open_flags`: bypass the page cache.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
+/// `fuse_open_out.open_flags`: I/O goes to the backing file named by
+/// `backing_id`.
+pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
 
 /// `FUSE_NOTIFY_INVAL_INODE`.
 pub const NOTIFY_INVAL_INODE: i32 = 2;
@@ -186,7 +193,7 @@ records! {
         pub attr_valid: u64, pub attr_valid_nsec: u32, pub dummy: u32, pub attr: Attr,
     } = 104;
     /// `struct fuse_open_out`.
-    pub struct OpenOut { pub fh: u64, pub open_flags: u32, pub padding: u32 } = 16;
+    pub struct OpenOut { pub fh: u64, pub open_flags: u32, pub backing_id: i32 } = 16;
     /// `struct fuse_write_out`.
     pub struct WriteOut { pub size: u32, pub padding: u32 } = 8;
     /// `struct fuse_kstatfs` (the whole of `fuse_statfs_out`).
@@ -208,7 +215,7 @@ records! {
         pub major: u32, pub minor: u32, pub max_readahead: u32, pub flags: u32,
         pub max_background: u16, pub congestion_threshold: u16, pub max_write: u32,
         pub time_gran: u32, pub max_pages: u16, pub map_alignment: u16, pub flags2: u32,
-        pub unused: [u32; 7],
+        pub max_stack_depth: u32, pub unused: [u32; 6],
     } = 64;
     /// `struct fuse_forget_in`.
     pub struct ForgetIn { pub nlookup: u64 } = 8;
@@ -276,6 +283,8 @@ records! {
     pub struct Dirent { pub ino: u64, pub off: u64, pub namelen: u32, pub kind: u32 } = 24;
     /// `struct fuse_notify_inval_inode_out`.
     pub struct NotifyInvalInode { pub ino: u64, pub off: i64, pub len: i64 } = 24;
+    /// `struct fuse_backing_map` (`FUSE_DEV_IOC_BACKING_OPEN`'s argument).
+    pub struct BackingMap { pub fd: i32, pub flags: u32, pub padding: u64 } = 16;
     /// `struct fuse_notify_inval_entry_out`.
     pub struct NotifyInvalEntry { pub parent: u64, pub namelen: u32, pub flags: u32 } = 16;
 }

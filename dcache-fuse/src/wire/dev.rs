@@ -14,6 +14,10 @@ use super::abi::{self, Pod};
 
 /// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`.
 const FUSE_DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
+/// `FUSE_DEV_IOC_BACKING_OPEN`: `_IOW(229, 1, struct fuse_backing_map)`.
+const FUSE_DEV_IOC_BACKING_OPEN: libc::c_ulong = 0x4010_e501;
+/// `FUSE_DEV_IOC_BACKING_CLOSE`: `_IOW(229, 2, uint32_t)`.
+const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = 0x4004_e502;
 
 /// One descriptor of a FUSE connection.
 #[derive(Debug)]
@@ -73,6 +77,48 @@ impl Dev {
             return Err(io::Error::last_os_error());
         }
         Ok(new)
+    }
+
+    /// Register `file` as a backing file of this connection (needs
+    /// CAP_SYS_ADMIN and a kernel with FUSE passthrough): the id an OPEN
+    /// reply names to have the kernel do that file's I/O itself. The
+    /// kernel holds its own reference to the file; `file` may be closed.
+    pub fn backing_open(&self, file: BorrowedFd<'_>) -> io::Result<i32> {
+        let map = abi::BackingMap {
+            fd: file.as_raw_fd(),
+            flags: 0,
+            padding: 0,
+        };
+        // SAFETY: the ioctl reads one fuse_backing_map from the pointer,
+        // which points at a live local of that layout.
+        let id = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                FUSE_DEV_IOC_BACKING_OPEN,
+                std::ptr::from_ref(&map),
+            )
+        };
+        if id < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(id)
+    }
+
+    /// Give back backing id `id` (files opened with it keep their own).
+    pub fn backing_close(&self, id: i32) -> io::Result<()> {
+        let id = u32::try_from(id).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: the ioctl reads one u32 from the pointer, a live local.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                FUSE_DEV_IOC_BACKING_CLOSE,
+                std::ptr::from_ref(&id),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Read one request into `buf` (at least [`abi::MIN_READ_BUFFER`] and

@@ -141,7 +141,9 @@ pub fn handshake<H: Handler>(dev: &Dev, handler: &mut H) -> io::Result<Negotiate
             max_pages: (MAX_WRITE / 4096) as u16,
             map_alignment: 0,
             flags2: (flags >> 32) as u32,
-            unused: [0; 7],
+            // A backing file's filesystem is one level below ours.
+            max_stack_depth: u32::from(flags & init::PASSTHROUGH != 0),
+            unused: [0; 6],
         });
         dev.send(&out.iov())?;
         return Ok(Negotiated { minor, flags });

@@ -627,6 +627,22 @@ pub trait FileSystem: Send + Sync + 'static {
         fileops::copy_by_read_write(self, src, dst, len)
     }
 
+    /// Whether [`backing_file`](Self::backing_file) gives host files (read
+    /// once when a frontend starts); `false`, the default, where it never
+    /// does.
+    fn has_host_files(&self) -> bool {
+        false
+    }
+
+    /// The host file behind open file `fh` of `ino`, for a frontend that
+    /// lets the kernel do its I/O directly (FUSE passthrough: the kernel
+    /// opens the same file again with each open's flags, as the daemon's
+    /// credential). A new descriptor the caller owns; `None` (the
+    /// default) where there is no host file.
+    fn backing_file(&self, _ino: Ino, _fh: u64) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
     /// `open(2)` with `O_TMPFILE` in directory `dir`: a regular file with
     /// no name (link count 0), owned by `ctx`, opened with `flags` (an
     /// access mode that includes writing). Returns its attributes and the

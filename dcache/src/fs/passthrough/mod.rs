@@ -531,6 +531,19 @@ impl FileSystem for Passthrough {
         self.handles.remove(ino, fh)
     }
 
+    fn has_host_files(&self) -> bool {
+        true
+    }
+
+    fn backing_file(&self, ino: Ino, fh: u64) -> Option<std::os::fd::OwnedFd> {
+        self.handles
+            .get(ino, fh)
+            .ok()?
+            .fd()
+            .try_clone_to_owned()
+            .ok()
+    }
+
     fn statfs(&self) -> Result<StatFs> {
         let root = self.inodes.get(ROOT_INO)?;
         let st = sys::statvfs_fd(self.inodes.fd(&root)?.as_fd())?;

@@ -1,0 +1,126 @@
+//! Passthrough I/O: a file the backend keeps on a host filesystem is
+//! opened with a backing file (`FUSE_DEV_IOC_BACKING_OPEN` on the host
+//! descriptor, `FOPEN_PASSTHROUGH` and the id in the OPEN reply), and the
+//! kernel then reads, writes and maps it itself, as the daemon's
+//! credential, without a request. The kernel wants every open of an inode
+//! to name the same backing (EBUSY otherwise), so an inode has one id
+//! while any of its files is open here, given back at the last RELEASE.
+//!
+//! Where the kernel refuses (no CAP_SYS_ADMIN, a stacking depth it does not
+//! allow) the first failure is logged and the mount goes on without
+//! passthrough; requests then carry the I/O as before.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::core::FuseCore;
+use crate::handles::Fh;
+use crate::wire::dev::Dev;
+
+#[derive(Default)]
+struct State {
+    /// Backend inode -> (backing id, files open with it).
+    by_ino: HashMap<u64, (i32, u32)>,
+    /// Handle -> backend inode, for the files opened with a backing id.
+    by_fh: HashMap<u64, u64>,
+}
+
+/// The backing files of one mount.
+#[derive(Default)]
+pub(crate) struct Backing {
+    /// The connection, set once mounted.
+    dev: OnceLock<Arc<Dev>>,
+    /// Negotiated (FUSE_PASSTHROUGH) and not refused since.
+    on: AtomicBool,
+    log: bool,
+    state: Mutex<State>,
+}
+
+impl Backing {
+    pub(crate) fn new(log: bool) -> Backing {
+        Backing {
+            log,
+            ..Backing::default()
+        }
+    }
+
+    /// The kernel agreed to passthrough: files opened from now on may
+    /// use it once the connection is known.
+    pub(crate) fn enable(&self) {
+        // Relaxed: a switch read by later requests; no data rides on it.
+        self.on.store(true, Ordering::Relaxed);
+    }
+
+    /// The connection to register backing files on.
+    pub(crate) fn set_dev(&self, dev: Arc<Dev>) {
+        let _ = self.dev.set(dev);
+    }
+
+    /// Whether files are being opened with backing files.
+    pub(crate) fn active(&self) -> bool {
+        // Relaxed: see `enable`.
+        self.on.load(Ordering::Relaxed) && self.dev.get().is_some()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The backing id for the file just opened as `fh`, if it gets one.
+    pub(crate) fn open(&self, core: &FuseCore, fh: Fh) -> Option<i32> {
+        let dev = self.dev.get().filter(|_| self.active())?;
+        let (ino, fd) = core.backing_file(fh).ok()??;
+        let mut st = self.lock();
+        let id = match st.by_ino.get_mut(&ino) {
+            Some((id, n)) => {
+                *n += 1;
+                *id
+            }
+            None => {
+                match dev.backing_open(std::os::fd::AsFd::as_fd(&fd)) {
+                    Ok(id) => {
+                        st.by_ino.insert(ino, (id, 1));
+                        id
+                    }
+                    Err(e) => {
+                        // Relaxed: see `enable`; only the first failure logs.
+                        if self.on.swap(false, Ordering::Relaxed) && self.log {
+                            eprintln!("dcache: passthrough I/O off: the kernel refused a backing file ({e})");
+                        }
+                        return None;
+                    }
+                }
+            }
+        };
+        st.by_fh.insert(fh.raw(), ino);
+        Some(id)
+    }
+
+    /// `fh` is being released: its inode's backing id goes with the last
+    /// file opened with it.
+    pub(crate) fn release(&self, fh: Fh) {
+        let mut st = self.lock();
+        let Some(ino) = st.by_fh.remove(&fh.raw()) else {
+            return;
+        };
+        let last = match st.by_ino.get_mut(&ino) {
+            Some((id, n)) => {
+                *n -= 1;
+                (*n == 0).then_some(*id)
+            }
+            None => None,
+        };
+        if let Some(id) = last {
+            st.by_ino.remove(&ino);
+            if let Some(dev) = self.dev.get() {
+                let _ = dev.backing_close(id);
+            }
+        }
+    }
+
+    /// Backing ids registered now (for tests and the usage line).
+    pub(crate) fn registered(&self) -> usize {
+        self.lock().by_ino.len()
+    }
+}
