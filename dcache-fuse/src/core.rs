@@ -66,6 +66,8 @@ pub struct FuseCore {
     handles: Handles,
     ids: IdMap,
     stats: Arc<Stats>,
+    /// FUSE_NO_OPEN_SUPPORT is in force (see `implicit_file`).
+    no_open: bool,
     /// Declared last: dropped after `Drop::drop` gave back our references.
     vfs: Vfs,
 }
@@ -80,6 +82,7 @@ impl FuseCore {
             nodes,
             handles: Handles::new(stats.clone()),
             stats,
+            no_open: false,
             vfs,
         }
     }
@@ -103,7 +106,14 @@ impl FuseCore {
     /// End of session: give back every reference the kernel held (it sends
     /// no forgets at unmount) and the root's. Idempotent.
     pub fn release(&mut self) {
-        self.nodes.release(&self.vfs);
+        self.release_nodes();
+    }
+
+    fn release_nodes(&mut self) {
+        for fh in self.nodes.release(&self.vfs) {
+            // SAFETY: an implicit file's handle, taken from its node once.
+            let _ = self.release_file(unsafe { Fh::from_kernel(fh) });
+        }
     }
 
     /// A dentry of node `id`, for the length of one request.
@@ -185,7 +195,102 @@ impl FuseCore {
     /// FORGET: the kernel gives back `n` lookups of node `id`; the node is
     /// dropped when its count reaches 0.
     pub fn forget(&self, id: NodeId, n: u64) {
-        self.nodes.forget(&self.vfs, id, n)
+        if let Some(fh) = self.nodes.forget(&self.vfs, id, n) {
+            // SAFETY: the node's implicit file, taken from it once as it
+            // was unpublished; no request uses it any more (the kernel sent
+            // the last forget, so it has nothing in flight on the node).
+            let _ = self.release_file(unsafe { Fh::from_kernel(fh) });
+        }
+    }
+
+    /// The file the daemon keeps open on node `id` for I/O the kernel
+    /// sends without a handle (it opens files without asking under
+    /// FUSE_NO_OPEN_SUPPORT): opened (read-write, or read-only where the
+    /// backend refuses writing) on first use and closed when the kernel
+    /// forgets the node, so the file's lifetime follows the kernel's.
+    pub fn implicit_file(&self, id: NodeId) -> Result<Fh> {
+        loop {
+            let fh = self.nodes.implicit(id);
+            if fh != 0 {
+                // SAFETY: the node's implicit file stays open until the
+                // node is unpublished, which the kernel's hold on it for
+                // this request prevents (NodeId's contract).
+                return Ok(unsafe { Fh::from_kernel(fh) });
+            }
+            let d = self.node(id)?;
+            let fh = self.open_implicit(&d)?;
+            if self.nodes.set_implicit(id.raw(), fh.raw()) {
+                return Ok(fh);
+            }
+            // Another request set one first: ours goes, theirs serves.
+            self.release_file(fh)?;
+        }
+    }
+
+    fn open_implicit(&self, d: &DentryRef<'_>) -> Result<Fh> {
+        let root = self.vfs.as_root();
+        let f = match root.open_dentry(d, libc::O_RDWR) {
+            Err(Errno::EROFS | Errno::EACCES | Errno::EPERM) => {
+                root.open_dentry(d, libc::O_RDONLY)?
+            }
+            r => r?,
+        };
+        Ok(self.handles.insert(f))
+    }
+
+    /// Before a name goes (unlink, or a rename over it): if the kernel
+    /// holds its inode as a node and may do I/O on it without a handle,
+    /// give the node its implicit file now, so an open file whose last
+    /// name is removed keeps its data, as on tmpfs.
+    fn keep_open_on_removal(&self, dir: &DentryRef<'_>, name: &[u8]) {
+        if !self.no_open {
+            return;
+        }
+        let Ok(d) = self
+            .vfs
+            .as_root()
+            .lookup(At::Dir(dir.dentry()), name, false)
+        else {
+            return;
+        };
+        let Some(i) = d.inode() else { return };
+        if i.kind() != FileType::Regular {
+            return;
+        }
+        let id = self.ids.id(i.ino());
+        // Not held by the kernel (nothing to keep), or kept already.
+        if self.nodes.implicit_of(id) != Some(0) {
+            return;
+        }
+        if let Ok(fh) = self.open_implicit(&d) {
+            if !self.nodes.set_implicit(id, fh.raw()) {
+                let _ = self.release_file(fh);
+            }
+        }
+    }
+
+    /// A CREATE or TMPFILE opened `fh` on node `id`, but the kernel,
+    /// which opens without asking, sends no RELEASE for it: give the node
+    /// its implicit file (read-write, whatever `fh`'s mode, and opened
+    /// while `fh` still keeps an unnamed file alive), then close `fh`.
+    pub fn adopt_implicit(&self, id: u64, fh: Fh) {
+        if let Ok(f) = self.file(fh) {
+            let d = f.dentry().clone();
+            if self.nodes.implicit_of(id) == Some(0) {
+                if let Ok(own) = self.open_implicit(&d) {
+                    if !self.nodes.set_implicit(id, own.raw()) {
+                        let _ = self.release_file(own);
+                    }
+                }
+            }
+        }
+        let _ = self.release_file(fh);
+    }
+
+    /// The kernel opens files without asking (FUSE_NO_OPEN_SUPPORT
+    /// negotiated): I/O without a handle goes to the node's implicit file.
+    pub fn set_no_open(&mut self) {
+        self.no_open = true;
     }
 
     /// GETATTR: the node's attributes (cached unless the backend
@@ -277,6 +382,7 @@ impl FuseCore {
     /// UNLINK: remove the non-directory `name` from `parent`.
     pub fn unlink(&self, cred: &Cred, parent: NodeId, name: &[u8]) -> Result<()> {
         let p = self.node(parent)?;
+        self.keep_open_on_removal(&p, name);
         self.vfs.as_cred(cred).unlink(At::Dir(p.dentry()), name)
     }
 
@@ -299,6 +405,7 @@ impl FuseCore {
         let flags = RenameFlags::from_bits(flags)?;
         let p = self.node(parent)?;
         let np = self.node(newparent)?;
+        self.keep_open_on_removal(&np, newname);
         self.vfs.as_cred(cred).rename(
             At::Dir(p.dentry()),
             name,
@@ -512,6 +619,6 @@ impl FuseCore {
 
 impl Drop for FuseCore {
     fn drop(&mut self) {
-        self.nodes.release(&self.vfs);
+        self.release_nodes();
     }
 }

@@ -73,6 +73,12 @@ pub struct DcacheFs {
     budget: budget::NodeBudget,
     /// Backing files for passthrough I/O.
     backing: backing::Backing,
+    /// The kernel opens files without asking (FUSE_NO_OPEN_SUPPORT).
+    no_open: bool,
+    /// The kernel opens directories without asking.
+    no_opendir: bool,
+    /// FLUSH does nothing here: answered ENOSYS, so the kernel stops.
+    no_flush: bool,
 }
 
 mod backing;
@@ -150,6 +156,9 @@ impl DcacheFs {
             umask_here: false,
             budget: budget::NodeBudget::new(),
             backing: backing::Backing::new(cfg.log),
+            no_open: false,
+            no_opendir: false,
+            no_flush: false,
         }
     }
 
@@ -319,6 +328,16 @@ impl DcacheFs {
     /// An entry and an open file (CREATE, TMPFILE).
     fn reply_created(&self, out: &mut Out, r: Result<(Entry, Fh)>) {
         match r {
+            Ok((e, fh)) if self.no_open => {
+                // The kernel sends no RELEASE for files it has stopped
+                // opening through us, created ones included: the file
+                // becomes the node's own, and the reply names handle 0, as
+                // every I/O on such files does.
+                self.core.adopt_implicit(e.id, fh);
+                out.push(&self.entry_out(&e));
+                out.push(&abi::OpenOut::default());
+                self.bound_kernel_nodes();
+            }
             Ok((e, fh)) => {
                 out.push(&self.entry_out(&e));
                 out.push(&self.open_out(fh));
@@ -406,8 +425,34 @@ impl Handler for DcacheFs {
         if self.cfg.passthrough_io && host_files && !self.cfg.direct_io {
             want |= init::PASSTHROUGH;
         }
+        // Zero-trip opens: when the kernel checks permissions itself (with
+        // no_default_permissions the open is where dcache checks them),
+        // directories are opened without asking, and so are files of a
+        // backend whose handles carry no state (I/O without a handle then
+        // goes to one the daemon keeps per node, for as long as the kernel
+        // holds the node: `FuseCore::implicit_file`).
+        let backend = self.core.vfs().backend();
+        if !self.cfg.check_permissions {
+            want |= init::NO_OPENDIR_SUPPORT;
+            if !backend.needs_open() {
+                want |= init::NO_OPEN_SUPPORT;
+            }
+        }
+        // A symlink's target never changes (a new target is a new inode).
+        want |= init::CACHE_SYMLINKS;
+        // O_TRUNC in the OPEN rather than a SETATTR first (not with
+        // no-open, where the kernel would then truncate nothing).
+        if want & init::NO_OPEN_SUPPORT == 0 {
+            want |= init::ATOMIC_O_TRUNC;
+        }
+        self.no_flush = !backend.flush_on_close();
         // Ask only for what this kernel offers.
         let got = want & offered;
+        self.no_open = got & init::NO_OPEN_SUPPORT != 0;
+        self.no_opendir = got & init::NO_OPENDIR_SUPPORT != 0;
+        if self.no_open {
+            self.core.set_no_open();
+        }
         if got & init::PASSTHROUGH != 0 {
             self.backing.enable();
         }

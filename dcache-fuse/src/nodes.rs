@@ -52,7 +52,7 @@ use dcache::{DentryRef, Vfs};
 
 use super::stats::Stats;
 use crate::lookupcount::LookupCount;
-use crate::sync::{Arc, AtomicBool, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// The kernel's lookup count of the node `i` is: kept in the inode's
 /// frontend word (one load of a field of the inode; no lookup).
@@ -140,6 +140,12 @@ struct Node {
     /// Whether the kernel was already asked to drop this node's entry
     /// (`victims`): it is asked once per publication.
     asked: AtomicBool,
+    /// The handle of a file the daemon opened on this node itself (0:
+    /// none), for I/O the kernel sends without a handle when it opens
+    /// files without asking (FUSE_NO_OPEN_SUPPORT). Set only under the
+    /// node's stripe lock while published, taken when unpublished: it
+    /// lives exactly as long as the kernel holds the node.
+    implicit: AtomicU64,
 }
 
 // SAFETY: `dentry` is a counted reference owned by the node; dentries are
@@ -288,6 +294,7 @@ impl Nodes {
                     Node {
                         dentry,
                         asked: AtomicBool::new(false),
+                        implicit: AtomicU64::new(0),
                     },
                     &guard,
                 );
@@ -328,15 +335,17 @@ impl Nodes {
     /// The kernel forgot `n` lookups of node `id`; at zero the node is
     /// unpublished and its reference dropped. A forget of an unknown node
     /// or of more than was counted is refused and counted.
-    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64) {
+    /// Returns the handle of the node's implicit file, if it was
+    /// unpublished with one: the caller closes it.
+    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64) -> Option<u64> {
         if id.0 == ROOT_ID || n == 0 {
-            return;
+            return None;
         }
         let guard = self.map.guard();
         let Some(node) = self.map.get(&id.0, &guard) else {
             // Relaxed: statistics.
             self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
         let dentry = node.dentry;
         // SAFETY: the node's reference keeps its dentry alive until it is
@@ -349,14 +358,19 @@ impl Nodes {
         // unhashed on unlink, never made negative).
         let Some(i) = (unsafe { p.as_ref() }) else {
             self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
         let mut unpinned = None;
+        let mut implicit = 0;
         let r = lookups(i).put(
             n,
             || self.stripe(id.0),
             || {
                 self.map.remove(&id.0, &guard);
+                // Under the stripe lock, as `set_implicit`: no handle can
+                // be set on the node after this. Acquire: the file the
+                // handle names was published with Release.
+                implicit = node.implicit.swap(0, Ordering::Acquire);
                 unpinned = Some(dentry);
             },
         );
@@ -374,6 +388,40 @@ impl Nodes {
             // node is unpublished, so no one else can reach it).
             drop(unsafe { vfs.dentry_from_raw(dentry.as_ptr()) });
         }
+        (implicit != 0).then_some(implicit)
+    }
+
+    /// The handle of node `id`'s implicit file (0: none, or not published).
+    pub fn implicit(&self, id: NodeId) -> u64 {
+        self.implicit_of(id.0).unwrap_or(0)
+    }
+
+    /// Node `id`'s implicit file: `None` if the node is not published,
+    /// `Some(0)` if it has none.
+    pub fn implicit_of(&self, id: u64) -> Option<u64> {
+        let g = self.map.guard();
+        // Acquire: pairs with the Release in `set_implicit`, so the file
+        // behind the handle is seen whole.
+        self.map
+            .get(&id, &g)
+            .map(|n| n.implicit.load(Ordering::Acquire))
+    }
+
+    /// Give node `id` the implicit file `fh`, if it is published and has
+    /// none yet; false otherwise (the caller closes its file).
+    pub fn set_implicit(&self, id: u64, fh: u64) -> bool {
+        // Under the stripe lock, where a node is not unpublished (`forget`
+        // takes the handle there), so a handle set here is always taken.
+        let _s = self.stripe(id);
+        let g = self.map.guard();
+        let Some(node) = self.map.get(&id, &g) else {
+            return false;
+        };
+        // Release: publishes the file the handle names; Relaxed on
+        // failure (nothing read).
+        node.implicit
+            .compare_exchange(0, fh, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Up to `max` published nodes for the kernel to drop, each as its
@@ -431,12 +479,20 @@ impl Nodes {
 
     /// Give back the root reference and every node's (the session is over:
     /// the kernel sends no forgets at unmount). Idempotent.
-    pub fn release(&mut self, vfs: &Vfs) {
-        let pinned: Vec<NonNull<Dentry>> = {
+    /// Returns the handles of the nodes' implicit files, for the caller
+    /// to close.
+    pub fn release(&mut self, vfs: &Vfs) -> Vec<u64> {
+        let (pinned, implicit): (Vec<NonNull<Dentry>>, Vec<u64>) = {
             let m = self.map.pin();
             let v = m.values().map(|n| n.dentry).collect();
+            // Acquire: as in `forget`.
+            let f = m
+                .values()
+                .map(|n| n.implicit.swap(0, Ordering::Acquire))
+                .filter(|&fh| fh != 0)
+                .collect();
             m.clear();
-            v
+            (v, f)
         };
         for dentry in pinned {
             // SAFETY: each node's reference, re-owned once (the map is
@@ -453,5 +509,6 @@ impl Nodes {
             drop(unsafe { vfs.dentry_from_raw(self.root) });
             self.root = std::ptr::null();
         }
+        implicit
     }
 }

@@ -72,6 +72,9 @@ pub struct Stats {
     /// READ and WRITE requests answered (none for files the kernel reads
     /// and writes itself, with passthrough I/O).
     pub(crate) data_requests: Sharded,
+    /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests that reached
+    /// the daemon (those the kernel stops sending once told it need not).
+    pub(crate) open_requests: Sharded,
 }
 
 /// A snapshot of [`Stats`]; printed at unmount.
@@ -88,6 +91,11 @@ pub struct Report {
 }
 
 impl Stats {
+    /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests so far.
+    pub fn open_requests(&self) -> u64 {
+        self.open_requests.load()
+    }
+
     /// READ and WRITE requests answered so far.
     pub fn data_requests(&self) -> u64 {
         self.data_requests.load()

@@ -107,6 +107,16 @@ impl TempMount {
         self.mounted.as_ref().and_then(|m| m.poller())
     }
 
+    /// The daemon's counts now.
+    pub fn report_now(&self) -> Option<Report> {
+        self.mounted.as_ref().map(|m| m.stats())
+    }
+
+    /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests so far.
+    pub fn open_requests(&self) -> u64 {
+        self.mounted.as_ref().map_or(0, |m| m.open_requests())
+    }
+
     /// Unmount and return the daemon's report.
     pub fn unmount(mut self) -> io::Result<Report> {
         let r = match self.mounted.take() {

@@ -108,20 +108,32 @@ impl DcacheFs {
                 let r = core.link(&self.cred(h), node(arg.oldnodeid), node(id), name);
                 self.reply_entry(out, r);
             }
-            Op::Open(o) => match core.open(&self.cred(h), node(id), o.flags as i32) {
-                Ok(fh) => out.push(&self.open_out(fh)),
-                Err(e) => out.error(e.raw()),
-            },
+            Op::Open(o) => {
+                self.stats.open_requests.add(1);
+                // ENOSYS: the kernel opens this mount's files without
+                // asking from now on (FUSE_NO_OPEN_SUPPORT).
+                if self.no_open {
+                    return out.error(libc::ENOSYS);
+                }
+                match core.open(&self.cred(h), node(id), o.flags as i32) {
+                    Ok(fh) => out.push(&self.open_out(fh)),
+                    Err(e) => out.error(e.raw()),
+                }
+            }
             Op::Read(r) => {
                 self.stats.data_requests.add(1);
-                match core.read(handle(r.fh), r.offset, r.size) {
+                match self
+                    .file_of(r.fh, id)
+                    .and_then(|f| core.read(f, r.offset, r.size))
+                {
                     Ok(d) => out.data(d),
                     Err(e) => out.error(e.raw()),
                 }
             }
             Op::Write { arg, data } => {
                 self.stats.data_requests.add(1);
-                written(out, core.write(handle(arg.fh), arg.offset, data));
+                let r = self.file_of(arg.fh, id);
+                written(out, r.and_then(|f| core.write(f, arg.offset, data)));
             }
             Op::Statfs => match core.statfs() {
                 Ok(s) => out.push(&abi::StatfsOut {
@@ -138,12 +150,32 @@ impl DcacheFs {
                 Err(e) => out.error(e.raw()),
             },
             Op::Release(r) => {
-                self.backing.release(handle(r.fh));
-                empty(out, core.release_file(handle(r.fh)));
+                self.stats.open_requests.add(1);
+                // Handle 0 names no file of ours (a file the kernel opened
+                // without asking); nothing to close.
+                if r.fh != 0 {
+                    self.backing.release(handle(r.fh));
+                    empty(out, core.release_file(handle(r.fh)));
+                }
             }
-            Op::Flush(f) => empty(out, core.flush(handle(f.fh))),
-            Op::Fsync(f) => empty(out, core.fsync(handle(f.fh), f.fsync_flags & 1 != 0)),
+            Op::Flush(f) => {
+                self.stats.open_requests.add(1);
+                // ENOSYS: nothing to flush on this backend; the kernel
+                // stops sending FLUSH at every close.
+                if self.no_flush {
+                    return out.error(libc::ENOSYS);
+                }
+                empty(out, self.file_of(f.fh, id).and_then(|f| core.flush(f)));
+            }
+            Op::Fsync(f) => {
+                let r = self.file_of(f.fh, id);
+                empty(out, r.and_then(|fh| core.fsync(fh, f.fsync_flags & 1 != 0)));
+            }
             Op::Opendir(o) => {
+                self.stats.open_requests.add(1);
+                if self.no_opendir {
+                    return out.error(libc::ENOSYS);
+                }
                 // Without our own checks the kernel checked; nothing is kept
                 // per open directory.
                 let r = if self.cfg.check_permissions {
@@ -166,8 +198,9 @@ impl DcacheFs {
                 }
             }
             Op::Readdirplus(r) => self.readdirplus(id, r, out),
+            Op::Releasedir(_) => self.stats.open_requests.add(1),
             // Directory changes are made in the backend as they happen.
-            Op::Releasedir(_) | Op::Fsyncdir(_) => {}
+            Op::Fsyncdir(_) => {}
             Op::Access(a) => empty(out, core.access(&self.cred(h), node(id), a.mask as i32)),
             Op::Create { arg, name } => {
                 let cred = self.create_cred(h, arg.umask);
@@ -204,26 +237,40 @@ impl DcacheFs {
             // it answer EOPNOTSUPP (or copy through the page cache) for
             // the rest of the mount.
             Op::Fallocate(f) => {
-                let r = core.fallocate(handle(f.fh), f.offset, f.length, f.mode as i32);
+                let r = self
+                    .file_of(f.fh, id)
+                    .and_then(|fh| core.fallocate(fh, f.offset, f.length, f.mode as i32));
                 empty(out, r);
             }
-            Op::Lseek(l) => match core.lseek(handle(l.fh), l.offset as i64, l.whence as i32) {
+            Op::Lseek(l) => match self
+                .file_of(l.fh, id)
+                .and_then(|fh| core.lseek(fh, l.offset as i64, l.whence as i32))
+            {
                 Ok(at) => out.push(&abi::LseekOut { offset: at as u64 }),
                 Err(e) => out.error(e.raw()),
             },
             Op::CopyFileRange(c) => {
-                let r = core.copy_file_range(
-                    handle(c.fh_in),
-                    c.off_in,
-                    handle(c.fh_out),
-                    c.off_out,
-                    c.len,
-                    c.flags,
-                );
+                let r = self.file_of(c.fh_in, id).and_then(|fin| {
+                    let fout = self.file_of(c.fh_out, c.nodeid_out)?;
+                    core.copy_file_range(fin, c.off_in, fout, c.off_out, c.len, c.flags)
+                });
                 written(out, r);
             }
             Op::Unknown => out.error(libc::ENOSYS),
         }
+    }
+
+    /// The open file a request names: its handle, or for handle 0 (a file
+    /// the kernel opened without asking) the node's implicit file; EBADF
+    /// where the kernel was never told it may do that.
+    fn file_of(&self, fh: u64, nodeid: u64) -> Result<crate::handles::Fh> {
+        if fh != 0 {
+            return Ok(handle(fh));
+        }
+        if !self.no_open {
+            return Err(dcache::errno::Errno::EBADF);
+        }
+        self.core.implicit_file(node(nodeid))
     }
 
     fn lookup(&self, h: &crate::wire::Header, name: &[u8], out: &mut Out) {

@@ -288,6 +288,12 @@ impl Mounted {
         self.pruner.stats.data_requests()
     }
 
+    /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests the daemon
+    /// saw so far (the kernel stops most once told it need not send them).
+    pub fn open_requests(&self) -> u64 {
+        self.pruner.stats.open_requests()
+    }
+
     /// Backing files registered with the kernel now (passthrough I/O).
     pub fn backing_files(&self) -> usize {
         self.session.as_ref().map_or(0, |s| s.fs.backing_files())

@@ -72,9 +72,12 @@ pub mod init {
     pub const AUTO_INVAL_DATA: u64 = 1 << 12;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
+    pub const NO_OPEN_SUPPORT: u64 = 1 << 17;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const POSIX_ACL: u64 = 1 << 20;
     pub const MAX_PAGES: u64 = 1 << 22;
+    pub const CACHE_SYMLINKS: u64 = 1 << 23;
+    pub const NO_OPENDIR_SUPPORT: u64 = 1 << 24;
     pub const INIT_EXT: u64 = 1 << 30;
     /// `flags2` bit 5: reads and writes of files opened with a backing
     /// file go to it without the daemon.

@@ -485,6 +485,16 @@ pub trait FileSystem: Send + Sync + 'static {
         true
     }
 
+    /// Whether reading and writing need the file opened for them: `true`
+    /// (the default) where a handle carries state (a host descriptor, a
+    /// generated snapshot, a record of the open); `false` where any handle
+    /// of the inode serves and an open only keeps an unlinked inode alive
+    /// (memfs), so a frontend may let the kernel open files without asking
+    /// and do their I/O through one handle of its own per inode.
+    fn needs_open(&self) -> bool {
+        true
+    }
+
     /// `fsync(2)`, or `fdatasync(2)` when `datasync`.
     fn fsync(&self, _ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
         Ok(())

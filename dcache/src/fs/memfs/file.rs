@@ -115,12 +115,18 @@ impl FileData {
             let pos = offset + done as u64;
             let in_page = (pos % PAGE_U64) as usize;
             let chunk = (PAGE - in_page).min(data.len() - done);
+            let src = &data[done..done + chunk];
             let page = self.pages.entry(pos / PAGE_U64).or_insert(Page::Reserved);
-            if !matches!(page, Page::Bytes(_)) {
-                *page = Page::Bytes(zero_page());
-            }
-            if let Some(b) = page.bytes_mut() {
-                b[in_page..in_page + chunk].copy_from_slice(&data[done..done + chunk]);
+            match page.bytes_mut() {
+                Some(b) => b[in_page..in_page + chunk].copy_from_slice(src),
+                // A whole new page: its bytes straight from the write, not
+                // zeroed first.
+                None if chunk == PAGE => *page = Page::Bytes(src.into()),
+                None => {
+                    let mut b = zero_page();
+                    b[in_page..in_page + chunk].copy_from_slice(src);
+                    *page = Page::Bytes(b);
+                }
             }
             done += chunk;
         }

@@ -373,6 +373,11 @@ impl FileSystem for MemFs {
         false
     }
 
+    /// A handle carries only the access mode and keeps the inode alive.
+    fn needs_open(&self) -> bool {
+        false
+    }
+
     fn fsync(&self, ino: Ino, fh: u64, _datasync: bool) -> Result<()> {
         self.read_lock().check_handle(ino, fh)
     }
