@@ -5,22 +5,9 @@ use dcache::fs::{Attr, FileType, SetAttr, SetTime, Timespec};
 
 use crate::wire::abi::{self, fattr};
 
-/// The type bits of `st_mode` for a file type.
-fn type_bits(k: FileType) -> u32 {
-    match k {
-        FileType::Regular => libc::S_IFREG,
-        FileType::Directory => libc::S_IFDIR,
-        FileType::Symlink => libc::S_IFLNK,
-        FileType::CharDevice => libc::S_IFCHR,
-        FileType::BlockDevice => libc::S_IFBLK,
-        FileType::Fifo => libc::S_IFIFO,
-        FileType::Socket => libc::S_IFSOCK,
-    }
-}
-
 /// A directory record's type (`d_type`: the type bits shifted down).
 pub fn dirent_type(k: FileType) -> u32 {
-    type_bits(k) >> 12
+    k.mode_bits() >> 12
 }
 
 /// `a` as the kernel should see it. `a.ino` is the node id, which is also
@@ -39,7 +26,7 @@ pub fn file_attr(a: &Attr) -> abi::Attr {
         atimensec: a.atime.nsec.min(999_999_999),
         mtimensec: a.mtime.nsec.min(999_999_999),
         ctimensec: a.ctime.nsec.min(999_999_999),
-        mode: type_bits(a.kind) | u32::from(a.perm & 0o7777),
+        mode: a.kind.mode_bits() | u32::from(a.perm & 0o7777),
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,

@@ -519,6 +519,12 @@ fn vfs_tmpfile_has_no_name_until_linked() {
             drop(named);
             f.close().unwrap();
             assert_eq!(root.stat(At::Root, "d/named").unwrap().size, 3);
+            // `open` with O_TMPFILE is the same call.
+            let o = root
+                .open(At::Root, "d", libc::O_TMPFILE | libc::O_RDWR, 0o600)
+                .unwrap();
+            assert_eq!(o.dentry().attr().unwrap().nlink, 0);
+            drop(o);
             // O_EXCL: never linkable; O_RDONLY: EINVAL; a file: ENOTDIR.
             let x = root
                 .tmpfile(At::Root, "d", libc::O_WRONLY | libc::O_EXCL, 0o600)

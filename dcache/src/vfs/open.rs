@@ -148,7 +148,8 @@ impl Vfs {
     /// `openat(2)` on behalf of `cred`: search on the way, write and search
     /// on the directory to create a name, and read/write permission on an
     /// existing file by access mode and O_TRUNC (a file this call created
-    /// is opened without a check, as Linux does).
+    /// is opened without a check, as Linux does). `O_TMPFILE` is
+    /// [`tmpfile_as`](Self::tmpfile_as).
     pub(crate) fn open_as<'v>(
         &'v self,
         cred: &Cred,
@@ -158,6 +159,9 @@ impl Vfs {
         perm: u16,
         ctx: Ctx,
     ) -> Result<OpenFile<'v>> {
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return self.tmpfile_as(cred, at, path, flags, perm, ctx);
+        }
         let nofollow = flags & libc::O_NOFOLLOW != 0;
         let (d, created) = if flags & libc::O_CREAT != 0 {
             self.open_create(cred, at, path, flags, perm, ctx)?
