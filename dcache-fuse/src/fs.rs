@@ -22,7 +22,7 @@ use super::options::Timeouts;
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 use super::wire::abi::{self, init};
-use super::wire::dev::Dev;
+use super::wire::dev::{Dev, Notifier};
 use super::wire::{Handler, Header, Out, Request};
 
 /// The generation of every entry. A node id is an inode number, which
@@ -79,6 +79,8 @@ pub struct DcacheFs {
     no_opendir: bool,
     /// FLUSH does nothing here: answered ENOSYS, so the kernel stops.
     no_flush: bool,
+    /// Notifications sent from handlers (attributes only), once connected.
+    notifier: OnceLock<Notifier>,
 }
 
 mod backing;
@@ -159,12 +161,25 @@ impl DcacheFs {
             no_open: false,
             no_opendir: false,
             no_flush: false,
+            notifier: OnceLock::new(),
         }
     }
 
-    /// The connection is up: backing files are registered on `dev`.
+    /// The connection is up: backing files are registered on `dev`, and
+    /// attribute changes the kernel cannot know of are told on it.
     pub fn connected(&self, dev: Arc<Dev>) {
+        let _ = self.notifier.set(Notifier::new(dev.clone()));
         self.backing.set_dev(dev);
+    }
+
+    /// Node `id`'s attributes changed in a way no reply tells the kernel
+    /// (set-id bits dropped after a WRITE): drop its cached attributes.
+    /// Offset -1 invalidates attributes only, which takes no page lock,
+    /// so it may be sent from the handler of a request on that node.
+    fn attr_changed(&self, id: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(id, -1, 0);
+        }
     }
 
     /// Backing files registered with the kernel now (passthrough I/O).
@@ -440,6 +455,14 @@ impl Handler for DcacheFs {
         }
         // A symlink's target never changes (a new target is a new inode).
         want |= init::CACHE_SYMLINKS;
+        // Set-id bits: the kernel tells us who wrote or truncated, and we
+        // drop them by Linux's own rule (its FUSE code without this drops
+        // S_ISGID only when group-executable). Not with passthrough I/O:
+        // the kernel then writes the backing file itself and would leave
+        // the dropping to a WRITE that never comes.
+        if want & offered & init::PASSTHROUGH == 0 {
+            want |= init::HANDLE_KILLPRIV_V2;
+        }
         // O_TRUNC in the OPEN rather than a SETATTR first (not with
         // no-open, where the kernel would then truncate nothing).
         if want & init::NO_OPEN_SUPPORT == 0 {

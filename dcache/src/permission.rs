@@ -226,13 +226,28 @@ pub fn mode_after_chown(p: Perm) -> Option<u16> {
 }
 
 /// After a write or truncate by `cred` without CAP_FSETID, the mode Linux
-/// leaves (`file_remove_privs`): S_ISUID cleared, S_ISGID cleared when
-/// group-executable. `None` when nothing changes.
+/// leaves (`file_remove_privs`, `setattr_should_drop_suidgid`): S_ISUID
+/// cleared, and S_ISGID cleared when group-executable or when the caller
+/// is not in the file's group (Linux 6.x). `None` when nothing changes.
 pub fn mode_after_write(cred: &Cred, p: Perm) -> Option<u16> {
     if p.is_dir() || cred.has(Caps::FSETID) {
         return None;
     }
-    mode_after_chown(p)
+    mode_after_write_by(p, !cred.in_group(p.gid))
+}
+
+/// [`mode_after_write`] for a writer known to lack CAP_FSETID, given
+/// whether it is outside the file's group.
+pub fn mode_after_write_by(p: Perm, outside_group: bool) -> Option<u16> {
+    if p.is_dir() {
+        return None;
+    }
+    let mut m = p.mode & 0o7777;
+    m &= !S_ISUID;
+    if m & S_ISGID != 0 && (m & S_IXGRP != 0 || outside_group) {
+        m &= !S_ISGID;
+    }
+    (m != p.mode & 0o7777).then_some(m as u16)
 }
 
 /// The permission bits of a new non-directory (`mode_strip_sgid`): in a

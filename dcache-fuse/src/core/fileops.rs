@@ -4,12 +4,16 @@
 
 use dcache::cred::Cred;
 use dcache::errno::{Errno, Result};
+use dcache::fs::FileType;
 use dcache::fs::{Attr, SetAttr};
-use dcache::permission::{generic_permission, mode_after_chown, owner_or_capable, MAY_WRITE};
+use dcache::permission::{
+    generic_permission, mode_after_chown, mode_after_write_by, owner_or_capable, MAY_WRITE,
+};
 use dcache::DentryRef;
 
 use super::FuseCore;
 use crate::handles::Fh;
+use crate::nodes::NodeId;
 
 /// The most one COPY_FILE_RANGE copies: its reply counts bytes in 32
 /// bits (the kernel asks for at most `UINT_MAX & PAGE_MASK`).
@@ -31,6 +35,30 @@ impl FuseCore {
             .backend()
             .backing_file(ino, f.fh())
             .map(|fd| (ino, fd)))
+    }
+
+    /// The kernel says a caller without CAP_FSETID wrote or truncated node
+    /// `id` (FUSE_HANDLE_KILLPRIV_V2): drop S_ISUID, and S_ISGID where
+    /// group-executable or the caller is outside the file's group, as
+    /// Linux 6.x does for a local file (`setattr_should_drop_suidgid`).
+    pub fn kill_suidgid(&self, caller: &Cred, id: NodeId) -> Result<()> {
+        let d = self.node(id)?;
+        let Some(i) = d.inode() else { return Ok(()) };
+        if i.kind() != FileType::Regular {
+            return Ok(());
+        }
+        let p = i.perm();
+        let Some(perm) = mode_after_write_by(p, !caller.in_group(p.gid)) else {
+            return Ok(());
+        };
+        let set = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        self.vfs
+            .as_root()
+            .setattr_dentry(&d, &set, false)
+            .map(|_| ())
     }
 
     /// LSEEK: the kernel asks only for `SEEK_DATA` and `SEEK_HOLE` (it

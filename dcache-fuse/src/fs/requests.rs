@@ -8,6 +8,7 @@ use dcache::permission::search_for_all;
 use super::{handle, node, secs, DcacheFs, GENERATION};
 use crate::attr::{dirent_type, file_attr, set_attr};
 use crate::core::{xattr_cred, XattrReply};
+use crate::nodes::NodeId;
 use crate::wire::abi::{self, fattr};
 use crate::wire::{Op, Out, Request};
 
@@ -116,7 +117,13 @@ impl DcacheFs {
                     return out.error(libc::ENOSYS);
                 }
                 match core.open(&self.cred(h), node(id), o.flags as i32) {
-                    Ok(fh) => out.push(&self.open_out(fh)),
+                    Ok(fh) => {
+                        if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 {
+                            let _ = core.kill_suidgid(&self.killer(h), node(id));
+                            self.attr_changed(id);
+                        }
+                        out.push(&self.open_out(fh));
+                    }
                     Err(e) => out.error(e.raw()),
                 }
             }
@@ -132,8 +139,18 @@ impl DcacheFs {
             }
             Op::Write { arg, data } => {
                 self.stats.data_requests.add(1);
+                let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;
+                let before = kill.then(|| core.getattr(node(id)).map(|a| a.perm).ok());
                 let r = self.file_of(arg.fh, id);
-                written(out, r.and_then(|f| core.write(f, arg.offset, data)));
+                let r = r.and_then(|f| core.write(f, arg.offset, data));
+                if r.is_ok() && kill {
+                    let _ = core.kill_suidgid(&self.killer(h), node(id));
+                    // The kernel keeps the mode it had: tell it it changed.
+                    if core.getattr(node(id)).map(|a| a.perm).ok() != before.flatten() {
+                        self.attr_changed(id);
+                    }
+                }
+                written(out, r);
             }
             Op::Statfs => match core.statfs() {
                 Ok(s) => out.push(&abi::StatfsOut {
@@ -204,7 +221,17 @@ impl DcacheFs {
             Op::Access(a) => empty(out, core.access(&self.cred(h), node(id), a.mask as i32)),
             Op::Create { arg, name } => {
                 let cred = self.create_cred(h, arg.umask);
-                let r = core.create(&cred, node(id), name, arg.mode, arg.flags as i32);
+                let mut r = core.create(&cred, node(id), name, arg.mode, arg.flags as i32);
+                if let (Ok((e, _)), true) = (&mut r, arg.open_flags & abi::OPEN_KILL_SUIDGID != 0) {
+                    // An existing file opened with O_TRUNC.
+                    // SAFETY: the entry's node was just handed out for
+                    // this reply, so it is held until the kernel forgets it.
+                    let n = unsafe { NodeId::from_kernel(e.id) };
+                    let _ = core.kill_suidgid(&self.killer(h), n);
+                    if let Ok(a) = core.getattr(n) {
+                        e.attr = a;
+                    }
+                }
                 self.reply_created(out, r);
             }
             Op::Tmpfile { arg } => {
@@ -273,6 +300,12 @@ impl DcacheFs {
         self.core.implicit_file(node(nodeid))
     }
 
+    /// The caller whose write or truncate drops set-id bits (the kernel
+    /// said it lacks CAP_FSETID); its groups are read only if needed.
+    fn killer(&self, h: &crate::wire::Header) -> dcache::cred::Cred {
+        dcache::cred::Cred::of_task(h.uid, h.gid, h.pid, dcache::cred::Caps::NONE)
+    }
+
     fn lookup(&self, h: &crate::wire::Header, name: &[u8], out: &mut Out) {
         let parent = node(h.nodeid);
         match self.core.lookup(&self.cred(h), parent, name) {
@@ -311,7 +344,18 @@ impl DcacheFs {
         let watch =
             self.cfg.check_permissions && set.perm.is_some() && self.core.searchable_by_all(id);
         let via_fh = s.valid & fattr::FH != 0;
-        match self.core.setattr(&self.cred(h), id, &set, via_fh) {
+        // A truncate by a caller without CAP_FSETID (a chown drops the bits
+        // by its own rule, in the Vfs).
+        let kill = s.valid & fattr::KILL_SUIDGID != 0 && set.uid.is_none() && set.gid.is_none();
+        let r = self.core.setattr(&self.cred(h), id, &set, via_fh);
+        let r = match r {
+            Ok(_) if kill => {
+                let _ = self.core.kill_suidgid(&self.killer(h), id);
+                self.core.getattr(id)
+            }
+            r => r,
+        };
+        match r {
             Ok(a) => {
                 self.attr_out(out, &a);
                 if watch && !search_for_all(a.mode()) {

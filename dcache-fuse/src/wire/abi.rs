@@ -78,6 +78,7 @@ pub mod init {
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const NO_OPENDIR_SUPPORT: u64 = 1 << 24;
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const INIT_EXT: u64 = 1 << 30;
     /// `flags2` bit 5: reads and writes of files opened with a backing
     /// file go to it without the daemon.
@@ -96,7 +97,18 @@ pub mod fattr {
     pub const FH: u32 = 1 << 6;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    /// With HANDLE_KILLPRIV_V2: drop the set-id bits (a truncate by a
+    /// caller without CAP_FSETID, or a chown).
+    pub const KILL_SUIDGID: u32 = 1 << 11;
 }
+
+/// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID; drop the
+/// set-id bits (HANDLE_KILLPRIV_V2).
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+/// `fuse_open_in.open_flags` / `fuse_create_in.open_flags`: an O_TRUNC
+/// open by a caller without CAP_FSETID; drop the set-id bits.
+pub const OPEN_KILL_SUIDGID: u32 = 1 << 0;
 
 /// `fuse_open_out.open_flags`: bypass the page cache.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;

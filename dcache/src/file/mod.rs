@@ -57,6 +57,11 @@ pub const FMODE_ATOMIC_POS: u32 = 0x8000;
 /// records the answer.
 pub const FMODE_KILL_PRIV: u32 = 1 << 31;
 
+/// dcache's own: with [`FMODE_KILL_PRIV`], the opener was not in the
+/// file's group, so a write drops S_ISGID even without group execute
+/// (Linux 6.x's `setattr_should_drop_sgid`, asked at open).
+pub const FMODE_KILL_SGID: u32 = 1 << 29;
+
 /// dcache's own: `f_op` borrows the backend rather than holding a count of
 /// it, so an open writes no count shared by every file of the backend (as
 /// Linux's `f_op`, an uncounted pointer to the ops table). The Vfs's files

@@ -10,7 +10,7 @@ use super::dcache::sb_of;
 use super::open::{kill_priv, refresh};
 use super::OpenFile;
 use crate::errno::{Errno, Result};
-use crate::file::{FMODE_KILL_PRIV, FMODE_PATH, FMODE_READ, FMODE_WRITE};
+use crate::file::{FMODE_KILL_PRIV, FMODE_KILL_SGID, FMODE_PATH, FMODE_READ, FMODE_WRITE};
 use crate::fs::FileType;
 
 /// Linux's MAX_LFS_FILESIZE (and every dcache backend's largest size).
@@ -58,8 +58,9 @@ impl OpenFile<'_> {
         let fs = &**self.file().fs();
         if let Some(i) = self.dentry().inode() {
             refresh(fs, i);
-            if self.file().mode() & FMODE_KILL_PRIV != 0 {
-                kill_priv(fs, i);
+            let mode = self.file().mode();
+            if mode & FMODE_KILL_PRIV != 0 {
+                kill_priv(fs, i, mode & FMODE_KILL_SGID != 0);
             }
         }
     }

@@ -10,7 +10,7 @@ use super::path::check_path;
 use super::{At, DentryRef, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV};
+use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV, FMODE_KILL_SGID};
 use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, open_mask};
@@ -78,7 +78,7 @@ impl<'v> OpenFile<'v> {
         if let Some(i) = self.dentry().inode() {
             refresh(fs, i);
             if self.0.mode() & FMODE_KILL_PRIV != 0 {
-                kill_priv(fs, i);
+                kill_priv(fs, i, self.0.mode() & FMODE_KILL_SGID != 0);
             }
         }
         Ok(n)
@@ -128,9 +128,10 @@ pub(super) fn refresh(fs: &dyn FileSystem, inode: &Inode) {
 }
 
 /// A write by a caller without CAP_FSETID: drop S_ISUID, and S_ISGID where
-/// group-executable (`file_remove_privs`).
-pub(super) fn kill_priv(fs: &dyn FileSystem, inode: &Inode) {
-    let Some(perm) = permission::mode_after_chown(inode.perm()) else {
+/// group-executable or the writer is outside the file's group
+/// (`file_remove_privs`).
+pub(super) fn kill_priv(fs: &dyn FileSystem, inode: &Inode, outside_group: bool) {
+    let Some(perm) = permission::mode_after_write_by(inode.perm(), outside_group) else {
         return;
     };
     let set = SetAttr {
@@ -284,10 +285,20 @@ impl Vfs {
             self.inode_permission(cred, i, open_mask(flags))?;
         }
         let unprivileged = !cred.has(Caps::FSETID);
-        let f = self.open_checked(d, i, flags, unprivileged)?;
+        let kill = if unprivileged {
+            FMODE_KILL_PRIV
+                | if cred.in_group(i.perm().gid) {
+                    0
+                } else {
+                    FMODE_KILL_SGID
+                }
+        } else {
+            0
+        };
+        let f = self.open_checked(d, i, flags, kill)?;
         // O_TRUNC truncates (handle_truncate), which drops set-id bits.
         if unprivileged && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
-            kill_priv(&*self.sb().fs, i);
+            kill_priv(&*self.sb().fs, i, kill & FMODE_KILL_SGID != 0);
         }
         Ok(f)
     }
@@ -298,7 +309,7 @@ impl Vfs {
         self.check_owned(d.dentry())?;
         let i = d.inode().ok_or(Errno::ENOENT)?;
         open_type(i.kind(), flags)?;
-        self.open_checked(d, i, flags, false)
+        self.open_checked(d, i, flags, 0)
     }
 
     /// The open itself, once the checks passed: O_TRUNC, then the backend.
@@ -307,7 +318,7 @@ impl Vfs {
         d: &DentryRef<'v>,
         i: &Inode,
         flags: i32,
-        kill_priv: bool,
+        kill: u32,
     ) -> Result<OpenFile<'v>> {
         // Linux truncates with O_RDONLY too (open checked write permission).
         if flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
@@ -319,12 +330,11 @@ impl Vfs {
         }
         let sb = self.sb();
         let fh = super::dcache::fd_retry(sb, || sb.fs.open(i.ino, flags))?;
-        let extra = if kill_priv { FMODE_KILL_PRIV } else { 0 };
         let fs = &self.sb().fs;
         // SAFETY: the Super owns `fs` until the Vfs drops, and the file's
         // path is a `DentryRef<'v>`: no reference to the file outlives `'v`
         // (`OpenFile::from_raw`'s contract covers a file held as a number).
-        let f = unsafe { FileRef::open_borrowing_fs(d.clone(), fs, i.ino, fh, flags, extra) };
+        let f = unsafe { FileRef::open_borrowing_fs(d.clone(), fs, i.ino, fh, flags, kill) };
         Ok(OpenFile(f))
     }
 }
