@@ -195,12 +195,12 @@ impl FuseCore {
     /// FORGET: the kernel gives back `n` lookups of node `id`; the node is
     /// dropped when its count reaches 0.
     pub fn forget(&self, id: NodeId, n: u64) {
-        if let Some(fh) = self.nodes.forget(&self.vfs, id, n) {
+        self.nodes.forget(&self.vfs, id, n, |fh| {
             // SAFETY: the node's implicit file, taken from it once as it
             // was unpublished; no request uses it any more (the kernel sent
             // the last forget, so it has nothing in flight on the node).
             let _ = self.release_file(unsafe { Fh::from_kernel(fh) });
-        }
+        });
     }
 
     /// The file the daemon keeps open on node `id` for I/O the kernel

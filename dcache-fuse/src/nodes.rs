@@ -335,17 +335,18 @@ impl Nodes {
     /// The kernel forgot `n` lookups of node `id`; at zero the node is
     /// unpublished and its reference dropped. A forget of an unknown node
     /// or of more than was counted is refused and counted.
-    /// Returns the handle of the node's implicit file, if it was
-    /// unpublished with one: the caller closes it.
-    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64) -> Option<u64> {
+    /// If the node is unpublished with an implicit file, `close` gets its
+    /// handle before the node stops being counted (so a count of 0 held
+    /// nodes means their files are closed too).
+    pub fn forget(&self, vfs: &Vfs, id: NodeId, n: u64, close: impl FnOnce(u64)) {
         if id.0 == ROOT_ID || n == 0 {
-            return None;
+            return;
         }
         let guard = self.map.guard();
         let Some(node) = self.map.get(&id.0, &guard) else {
             // Relaxed: statistics.
             self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return;
         };
         let dentry = node.dentry;
         // SAFETY: the node's reference keeps its dentry alive until it is
@@ -358,7 +359,7 @@ impl Nodes {
         // unhashed on unlink, never made negative).
         let Some(i) = (unsafe { p.as_ref() }) else {
             self.stats.bad_forgets.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return;
         };
         let mut unpinned = None;
         let mut implicit = 0;
@@ -382,13 +383,15 @@ impl Nodes {
             }
         }
         if let Some(dentry) = unpinned {
+            if implicit != 0 {
+                close(implicit);
+            }
             // Relaxed: statistics.
             self.stats.kernel_nodes.fetch_sub(1, Ordering::Relaxed);
             // SAFETY: the node's counted reference, given back once (the
             // node is unpublished, so no one else can reach it).
             drop(unsafe { vfs.dentry_from_raw(dentry.as_ptr()) });
         }
-        (implicit != 0).then_some(implicit)
     }
 
     /// The handle of node `id`'s implicit file (0: none, or not published).
