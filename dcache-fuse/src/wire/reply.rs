@@ -84,21 +84,33 @@ impl Out {
         }
     }
 
-    /// The reply's pieces, header first, for one `writev`.
-    pub fn iov(&mut self) -> [IoSlice<'_>; 3] {
+    fn out_header(&self) -> abi::OutHeader {
         let len = size_of::<abi::OutHeader>() + self.body.len() + self.tail.len();
-        self.header = abi::OutHeader {
+        abi::OutHeader {
             // A reply is at most a header, a directory buffer or a read of
             // at most max_write bytes: far below 4 GiB.
             len: u32::try_from(len).unwrap_or(u32::MAX),
             error: self.error,
             unique: self.unique,
-        };
+        }
+    }
+
+    /// The reply's pieces, header first, for one `writev`.
+    pub fn iov(&mut self) -> [IoSlice<'_>; 3] {
+        self.header = self.out_header();
         [
             IoSlice::new(self.header.as_bytes()),
             IoSlice::new(&self.body),
             IoSlice::new(&self.tail),
         ]
+    }
+
+    /// The reply as a transport that places the pieces itself takes it
+    /// (an io_uring entry: the header into its in/out area, the records
+    /// and then the data into its payload buffer): the header, the
+    /// records, the data.
+    pub fn parts(&self) -> (abi::OutHeader, &[u8], &[u8]) {
+        (self.out_header(), &self.body, &self.tail)
     }
 }
 
@@ -177,6 +189,8 @@ mod tests {
         o.error(2);
         let h = abi::OutHeader::read(&o.iov()[0]).unwrap();
         assert_eq!((h.len, h.error), (16, -2), "an error carries no body");
+        let (p, body, tail) = o.parts();
+        assert_eq!((p, body.len(), tail.len()), (h, 0, 0), "the same reply");
 
         o.start(7);
         let mut d = o.dir(64);
