@@ -396,6 +396,69 @@ mod tests {
         assert_eq!(Request::parse(&request(999, b"")).unwrap().op, Op::Unknown);
     }
 
+    /// From an io_uring entry: the first record in its own area, names and
+    /// data in the payload (borrowed from it).
+    #[test]
+    fn parts_as_a_ring_entry_holds_them() {
+        let h = abi::InHeader {
+            len: 0,
+            opcode: op::MKDIR,
+            unique: 3,
+            nodeid: 1,
+            ..Default::default()
+        };
+        let mut op_in = [0u8; 128];
+        let m = abi::MkdirIn {
+            mode: 0o755,
+            umask: 0o22,
+        };
+        op_in[..8].copy_from_slice(m.as_bytes());
+        let r = Request::parse_parts(h.as_bytes(), &op_in, b"dir\0").unwrap();
+        assert_eq!(
+            r.op,
+            Op::Mkdir {
+                arg: m,
+                name: b"dir"
+            }
+        );
+        assert_eq!(r.header.unique, 3);
+        // A lookup's first argument is empty: the name is in the payload.
+        let h = abi::InHeader {
+            opcode: op::LOOKUP,
+            ..h
+        };
+        let r = Request::parse_parts(h.as_bytes(), &[0; 128], b"x\0").unwrap();
+        assert_eq!(r.op, Op::Lookup { name: b"x" });
+        // A write's data is the payload itself, not a copy.
+        let w = abi::WriteIn {
+            size: 4,
+            ..Default::default()
+        };
+        let mut op_in = [0u8; 128];
+        op_in[..40].copy_from_slice(w.as_bytes());
+        let payload = b"data".to_vec();
+        let h = abi::InHeader {
+            opcode: op::WRITE,
+            ..h
+        };
+        match Request::parse_parts(h.as_bytes(), &op_in, &payload)
+            .unwrap()
+            .op
+        {
+            Op::Write { data, .. } => assert_eq!(data.as_ptr(), payload.as_ptr()),
+            o => panic!("{o:?}"),
+        }
+        // A payload shorter than the write claims; a short header.
+        assert_eq!(
+            Request::parse_parts(h.as_bytes(), &op_in, b"da"),
+            Err(Malformed { unique: Some(3) })
+        );
+        assert_eq!(
+            Request::parse_parts(&h.as_bytes()[..20], &op_in, b"data"),
+            Err(Malformed { unique: None })
+        );
+    }
+
     /// Lengths that do not add up are refused, never read past.
     #[test]
     fn malformed_requests_are_refused() {
