@@ -9,7 +9,7 @@
 #
 #   scripts/uring-tests.sh [CARGO TEST ARGS..]
 #   e.g. scripts/uring-tests.sh --release
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 param=/sys/module/fuse/parameters/enable_uring
 if [ "$(id -u)" -ne 0 ] || [ ! -w "$param" ]; then
@@ -19,9 +19,15 @@ fi
 was=$(cat "$param")
 trap 'echo "$was" > "$param"' EXIT
 echo Y > "$param"
-# The mount suites: dcache-fuse's own, and the CLI's that mount.
-cargo test "$@" -p dcache-fuse
-cargo test "$@" -p dcache-cli --test fuse --test fuse_tools \
+# The mount suites: dcache-fuse's own, and the CLI's that mount. Both run
+# to the end; the exit status is the first failure's.
+rc=0
+cargo test --no-fail-fast "$@" -p dcache-fuse || rc=$?
+cargo test --no-fail-fast "$@" -p dcache-cli --test fuse --test fuse_tools \
     --test fuse_fileops --test fuse_xattr --test fuse_acl --test fuse_edges \
     --test fuse_escape --test fuse_daemon --test fuse_scale --test mount_diff \
-    --test perm_diff --test fuse_uring --test etcd_mounts
+    --test perm_diff --test fuse_uring --test etcd_mounts || {
+    r=$?
+    [ "$rc" -ne 0 ] || rc=$r
+}
+exit "$rc"
