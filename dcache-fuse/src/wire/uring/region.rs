@@ -73,9 +73,10 @@ impl Region {
         let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave 0"))?;
         let iovs = (0..entries)
             .map(|e| {
-                // SAFETY (both adds): e < entries, so both offsets are
-                // inside the len-byte mapping just made.
+                // SAFETY: e < entries, so the offset is inside the
+                // len-byte mapping just made.
                 let h = unsafe { base.as_ptr().add(e * HEADER_STRIDE) };
+                // SAFETY: as above.
                 let d = unsafe { base.as_ptr().add(payloads_at + e * payload) };
                 [
                     libc::iovec {
