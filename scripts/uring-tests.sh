@@ -19,13 +19,15 @@ fi
 was=$(cat "$param")
 trap 'echo "$was" > "$param"' EXIT
 echo Y > "$param"
-# The mount suites: dcache-fuse's own, and the CLI's that mount. Both run
-# to the end; the exit status is the first failure's.
+# The mount suites: dcache-fuse's own, and the CLI's that mount, except
+# fuse_scale (100,000 files under a descriptor bound: 6 minutes on a 2-CPU
+# box; it passes over io_uring too, run it by hand when the ring changes).
+# Both commands run to the end; the exit status is the first failure's.
 rc=0
 cargo test --no-fail-fast "$@" -p dcache-fuse || rc=$?
 cargo test --no-fail-fast "$@" -p dcache-cli --test fuse --test fuse_tools \
     --test fuse_fileops --test fuse_xattr --test fuse_acl --test fuse_edges \
-    --test fuse_escape --test fuse_daemon --test fuse_scale --test mount_diff \
+    --test fuse_escape --test fuse_daemon --test mount_diff \
     --test perm_diff --test fuse_uring --test etcd_mounts || {
     r=$?
     [ "$rc" -ne 0 ] || rc=$r

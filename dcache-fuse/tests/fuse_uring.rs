@@ -163,3 +163,66 @@ fn no_uring_keeps_dev_fuse() {
     representative_operations(m.path());
     assert_eq!(m.unmount().unwrap().referenced, 0);
 }
+
+/// A ring the kernel refuses (payload buffers smaller than max_write: every
+/// REGISTER fails) hands the connection back to /dev/fuse: no request waits
+/// for a ring that will never be ready.
+#[test]
+fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use dcache::fs::memfs::MemFs;
+    use dcache::Vfs;
+    use dcache_fuse::fs::FsConfig;
+    use dcache_fuse::options::Timeouts;
+    use dcache_fuse::wire::abi::init;
+    use dcache_fuse::wire::serve::{self, Access};
+    use dcache_fuse::wire::uring::{self, Started};
+    use dcache_fuse::DcacheFs;
+
+    let Some(_on) = uring_or_skip("a_refused_ring") else {
+        return;
+    };
+    let dir = dcache_fuse::testing::temp_dir("refused-ring").unwrap();
+    let spec = MountOptions::default().mount_spec("dcache");
+    let m = dcache_fuse::wire::mount::mount(&dir, &spec).expect("mount");
+    let dev = Arc::new(m.dev);
+    let cfg = FsConfig {
+        timeouts: Timeouts::default(),
+        readdirplus: true,
+        direct_io: false,
+        check_permissions: false,
+        log: false,
+        max_nodes: 0,
+    };
+    let mut fs = DcacheFs::new(Vfs::new(Arc::new(MemFs::new())).unwrap(), cfg);
+    let agreed = serve::handshake(&dev, &mut fs, true).unwrap();
+    assert_ne!(agreed.flags & init::OVER_IO_URING, 0, "io_uring agreed");
+    let fs = Arc::new(fs);
+    match uring::start(&dev, fs.clone(), Access::Kernel, 2, 4096).unwrap() {
+        Started::FellBack(e) => eprintln!("fell back as expected: {e}"),
+        Started::Rings(r) => panic!("{} queues accepted 4 KiB payloads", r.queues()),
+    }
+    let workers = serve::start(&dev, fs.clone(), 2, false, Access::Kernel).unwrap();
+    // Requests flow through /dev/fuse; should they wait for the ring, the
+    // mount is detached and the test fails instead of hanging.
+    let (tx, rx) = mpsc::channel();
+    let d = dir.clone();
+    std::thread::spawn(move || {
+        fs::write(d.join("f"), b"served").unwrap();
+        tx.send(fs::read(d.join("f")).unwrap()).unwrap();
+    });
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; unmounting the mount made above.
+    let r = unsafe { libc::umount2(c.as_ptr(), if got.is_ok() { 0 } else { libc::MNT_DETACH }) };
+    assert_eq!(
+        got.expect("a request waited for the refused ring"),
+        b"served"
+    );
+    assert_eq!(r, 0, "umount: {}", std::io::Error::last_os_error());
+    workers.join().unwrap();
+    fs.finish();
+    let _ = fs::remove_dir(&dir);
+}

@@ -9,6 +9,7 @@ use super::{handle, node, secs, DcacheFs, GENERATION};
 use crate::attr::{dirent_type, file_attr, set_attr};
 use crate::core::{xattr_cred, XattrReply};
 use crate::wire::abi::{self, fattr};
+use crate::wire::serve::MAX_WRITE;
 use crate::wire::{Op, Out, Request};
 
 fn empty(out: &mut Out, r: Result<()>) {
@@ -116,10 +117,15 @@ impl DcacheFs {
                 }),
                 Err(e) => out.error(e.raw()),
             },
-            Op::Read(r) => match core.read(handle(r.fh), r.offset, r.size) {
-                Ok(d) => out.data(d),
-                Err(e) => out.error(e.raw()),
-            },
+            Op::Read(r) => {
+                // The kernel asks at most max_pages' worth (MAX_WRITE);
+                // a larger size is not read into memory.
+                let buf = out.data_buf(r.size.min(MAX_WRITE) as usize);
+                match core.read_into(handle(r.fh), r.offset, buf) {
+                    Ok(n) => out.data_len(n),
+                    Err(e) => out.error(e.raw()),
+                }
+            }
             Op::Write { arg, data } => written(out, core.write(handle(arg.fh), arg.offset, data)),
             Op::Statfs => match core.statfs() {
                 Ok(s) => out.push(&abi::StatfsOut {

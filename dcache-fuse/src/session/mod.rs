@@ -225,8 +225,14 @@ fn start(
     };
     let fs = Arc::new(fs);
     let (rings, why) = if agreed.flags & init::OVER_IO_URING != 0 {
-        match uring::start(&dev, fs.clone(), access, uring::DEFAULT_DEPTH)
-            .map_err(|e| other("io_uring", e))?
+        match uring::start(
+            &dev,
+            fs.clone(),
+            access,
+            uring::DEFAULT_DEPTH,
+            serve::MAX_WRITE as usize,
+        )
+        .map_err(|e| other("io_uring", e))?
         {
             uring::Started::Rings(r) => (Some(r), String::new()),
             uring::Started::FellBack(e) => (None, format!("{e}")),

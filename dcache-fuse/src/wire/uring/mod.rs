@@ -32,7 +32,9 @@ use std::thread::JoinHandle;
 use io_uring::types;
 
 use super::dev::Dev;
-use super::serve::{Access, Handler, MAX_WRITE};
+#[cfg(doc)]
+use super::serve::MAX_WRITE;
+use super::serve::{Access, Handler};
 
 /// Entries per queue unless the caller says otherwise (libfuse's default).
 pub const DEFAULT_DEPTH: usize = 8;
@@ -98,21 +100,24 @@ pub enum Started {
 }
 
 /// Start one queue per possible CPU on `dev` (after a handshake that
-/// agreed FUSE_OVER_IO_URING), `depth` entries each. Err only when a
-/// queue failed and the kernel could not be told to use /dev/fuse
-/// instead: the connection cannot be served then.
+/// agreed FUSE_OVER_IO_URING), `depth` entries each with a payload buffer
+/// of `payload` bytes (the kernel refuses one smaller than the max_write
+/// INIT agreed: [`MAX_WRITE`]). Err only when a queue failed and the
+/// kernel could not be told to use /dev/fuse instead: the connection
+/// cannot be served then.
 pub fn start<H: Handler>(
     dev: &Arc<Dev>,
     handler: Arc<H>,
     access: Access,
     depth: usize,
+    payload: usize,
 ) -> io::Result<Started> {
     let mut rings = Rings {
         threads: Vec::new(),
         stop: Arc::new(eventfd()?),
         depth,
     };
-    let started = rings.spawn(dev, handler, access);
+    let started = rings.spawn(dev, handler, access, payload);
     if let Err(e) = started {
         rings.stop();
         let _ = rings.join();
@@ -132,6 +137,7 @@ impl Rings {
         dev: &Arc<Dev>,
         handler: Arc<H>,
         access: Access,
+        payload: usize,
     ) -> io::Result<()> {
         let n = possible_cpus()?;
         let qids = u16::try_from(n).map_err(|_| io::Error::other("too many CPUs"))?;
@@ -144,13 +150,7 @@ impl Rings {
                 .name(format!("dcache-ring-{qid}"))
                 .spawn(move || {
                     pin_to_cpu(usize::from(qid));
-                    let q = queue::Queue::new(
-                        dev.as_fd().as_raw_fd(),
-                        qid,
-                        depth,
-                        MAX_WRITE as usize,
-                        &*stop,
-                    );
+                    let q = queue::Queue::new(dev.as_fd().as_raw_fd(), qid, depth, payload, &*stop);
                     match q {
                         Ok(q) => {
                             let _ = tx.send(Ok(()));
