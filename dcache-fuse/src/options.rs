@@ -13,7 +13,7 @@
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
-//! | `uring` / `no_uring` | serve requests through FUSE over io_uring (one queue and thread per CPU) where the kernel offers it (default: whenever it does: Linux 6.14+ with `/sys/module/fuse/parameters/enable_uring` Y), or always through /dev/fuse reads and writes; on io_uring `max_threads`, `clone_fd`, `poll_us` and `-s` shape only the one /dev/fuse worker left for FORGETs and INTERRUPTs, that is: nothing |
+//! | `uring` / `no_uring` | serve requests through FUSE over io_uring (one queue and thread per CPU) where the kernel offers it (default: whenever it does: Linux 6.14+ with `/sys/module/fuse/parameters/enable_uring` Y), or always through /dev/fuse reads and writes; on io_uring `max_threads`, `clone_fd`, `poll_us` and `-s` do not apply (one /dev/fuse worker is left, for FORGETs and INTERRUPTs) |
 //! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
