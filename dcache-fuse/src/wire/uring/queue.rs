@@ -268,11 +268,24 @@ pub(super) fn fill_reply<H: Handler>(
             unique: Some(commit_id),
         }),
     };
-    if !answer(parsed, handler, access, out) || !out.wants_reply() {
+    // A handler that panics (a bug) costs its request an EIO, not the
+    // queue: the thread and its ring must live on, or every later request
+    // from this CPU would wait for an entry that never comes back.
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        answer(parsed, handler, access, out)
+    }));
+    match answered {
+        Ok(true) if out.wants_reply() => {}
+        Err(_) => {
+            out.start(commit_id);
+            out.error(libc::EIO);
+        }
         // Every request on a ring takes a reply (FORGET and INTERRUPT
         // come through /dev/fuse), and the entry's next fetch rides on it.
-        out.start(commit_id);
-        out.error(libc::ENOSYS);
+        Ok(_) => {
+            out.start(commit_id);
+            out.error(libc::ENOSYS);
+        }
     }
     let (_, body, tail) = out.parts();
     if body.len() + tail.len() > payload.len() {
@@ -339,6 +352,7 @@ mod tests {
                     out.data(data.to_vec());
                 }
                 Op::Forget(_) => out.none(),
+                Op::Readlink => panic!("a handler bug"),
                 _ => out.error(libc::ENOSYS),
             }
         }
@@ -429,6 +443,14 @@ mod tests {
             11
         );
         assert_eq!(reply(&h, &p).0.error, -libc::ENOSYS);
+
+        // A handler that panics: EIO, and the queue goes on.
+        let (mut h, mut p) = entry(op::READLINK, 13, &[], &[]);
+        assert_eq!(
+            fill_reply(&mut h, &mut p, &Echo, Access::Kernel, &mut out),
+            13
+        );
+        assert_eq!(reply(&h, &p).0.error, -libc::EIO);
 
         // A reply larger than the payload buffer: EINVAL, nothing copied.
         let w = abi::WriteIn {
