@@ -103,6 +103,9 @@ pub(super) struct Queue {
     commit: Vec<u64>,
     /// The first unexpected error a command completed with.
     failed: Option<io::Error>,
+    /// Completions reaped while registering that the loop must still see
+    /// (a request already in an entry, a REGISTER to send again).
+    early: Vec<(u64, i32)>,
 }
 
 impl Queue {
@@ -128,6 +131,7 @@ impl Queue {
             live: 0,
             commit: vec![0; depth],
             failed: None,
+            early: Vec::new(),
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
@@ -140,11 +144,19 @@ impl Queue {
         }
         q.ring.submit()?;
         // A refused registration completes at once; an accepted one only
-        // when a request comes.
+        // when a request comes (which the loop then answers).
         let mut refused = None;
-        for c in q.ring.completion() {
-            if c.user_data() != STOP && c.result() < 0 {
-                refused.get_or_insert(io::Error::from_raw_os_error(-c.result()));
+        let done: Vec<(u64, i32)> = q
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (ud, res) in done {
+            match res.wrapping_neg() {
+                e if res < 0 && ud != STOP && e != libc::EAGAIN && e != libc::EINTR => {
+                    refused.get_or_insert(io::Error::from_raw_os_error(e));
+                }
+                _ => q.early.push((ud, res)),
             }
         }
         match refused {
@@ -165,16 +177,18 @@ impl Queue {
     /// error, ENOTCONN on unmount) or the stop poll fires.
     pub(super) fn serve<H: Handler>(mut self, handler: &H, access: Access) -> io::Result<()> {
         let mut out = Out::default();
-        let mut done: Vec<(u64, i32)> = Vec::with_capacity(self.commit.len() + 1);
+        let mut done: Vec<(u64, i32)> = std::mem::take(&mut self.early);
+        done.reserve(self.commit.len() + 1);
         loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                // A signal, or completions to reap first (EBUSY).
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
-                Err(e) => return Err(e),
+            if done.is_empty() {
+                match self.ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    // A signal, or completions to reap first (EBUSY).
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+                    Err(e) => return Err(e),
+                }
+                done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             }
-            done.clear();
-            done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             let mut stop = false;
             for &(ud, res) in &done {
                 if ud == STOP {
@@ -197,6 +211,7 @@ impl Queue {
                     }
                 }
             }
+            done.clear();
             if stop || self.live == 0 {
                 return match self.failed.take() {
                     Some(e) => Err(io::Error::new(
