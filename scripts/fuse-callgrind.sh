@@ -40,7 +40,9 @@ OUTDIR=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # One call of one of these per request (their calls are counted per op).
 REQ_PREFIX='<dcache_fuse::fs::DcacheFs as dcache_fuse::wire::serve::Handler>::'
-OPTS=attr_timeout=0,entry_timeout=0,no_default_permissions,poll_us=0
+# no_uring: the count is of the /dev/fuse path (one worker reading and
+# writing), whatever enable_uring says.
+OPTS=attr_timeout=0,entry_timeout=0,no_default_permissions,poll_us=0,no_uring
 
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "no executable $BIN" >&2; exit 2; }

@@ -499,6 +499,13 @@ impl FuseCore {
         Ok(buf)
     }
 
+    /// READ into `buf`: up to `buf.len()` bytes at `offset`; returns how
+    /// many (fewer at end of file). No allocation: the request layer lends
+    /// its reply buffer.
+    pub fn read_into(&self, fh: Fh, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.file(fh)?.read(offset, buf)
+    }
+
     /// WRITE: `data` at `offset`; returns the bytes written.
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
         self.file(fh)?.write(offset, data)

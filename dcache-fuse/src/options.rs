@@ -14,6 +14,7 @@
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
+//! | `uring` / `no_uring` | serve requests through FUSE over io_uring (one queue and thread per CPU) where the kernel offers it (default: whenever it does: Linux 6.14+ with `/sys/module/fuse/parameters/enable_uring` Y), or always through /dev/fuse reads and writes; on io_uring `max_threads`, `clone_fd`, `poll_us` and `-s` do not apply (one /dev/fuse worker is left, for FORGETs and INTERRUPTs) |
 //! | `poll_us=N` | one worker busy-polls /dev/fuse until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; 0: never; needs `clone_fd` with several workers) |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
@@ -44,6 +45,8 @@ no_clone_fd             every worker reads one descriptor
 max_cached=N            unused names kept in the dentry cache (default 65536)
 max_nodes=N             nodes the kernel may hold before it is asked to drop some (default 131072; 0: no bound)
 poll_us=N               a worker busy-polls until N us pass idle (default 1000 on 4+ CPUs; 0: never)
+uring                   FUSE over io_uring where the kernel offers it (default)
+no_uring                always /dev/fuse reads and writes
 fsname=NAME             the mount's source in the mount table (default: the backend)
 subtype=NAME            the mount's type is fuse.NAME (default fuse.dcache)
 ro, rw                  read-only, or read-write (default)
@@ -138,6 +141,10 @@ pub struct MountOptions {
     pub max_nodes: usize,
     /// One /dev/fuse descriptor per worker (`clone_fd`, default on).
     pub clone_fd: bool,
+    /// FUSE over io_uring ([`crate::wire::uring`]): `Some(false)` never
+    /// (`no_uring`); otherwise whenever the kernel offers it (`uring`, or
+    /// `None`, the default), with /dev/fuse where it does not.
+    pub uring: Option<bool>,
     /// Busy-poll window ([`super::poll`]); zero: never poll; `None`:
     /// [`DEFAULT_POLL`] on machines with [`MIN_CPUS_TO_POLL`] CPUs or more.
     pub poll: Option<Duration>,
@@ -177,6 +184,7 @@ impl Default for MountOptions {
             max_cached: DEFAULT_MAX_CACHED,
             max_nodes: DEFAULT_MAX_NODES,
             clone_fd: true,
+            uring: None,
             poll: None,
             fsname: None,
             subtype: None,
@@ -292,6 +300,8 @@ impl MountOptions {
                     "no_passthrough_io" => self.passthrough_io = false,
                     "clone_fd" => self.clone_fd = true,
                     "no_clone_fd" => self.clone_fd = false,
+                    "uring" => self.uring = Some(true),
+                    "no_uring" => self.uring = Some(false),
                     "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec"
                     | "noatime" | "atime" | "sync" | "async" | "dirsync" => {
                         self.flags.push(key.to_string())
@@ -361,6 +371,19 @@ mod tests {
         assert_eq!(o.timeouts, Timeouts::default());
         assert_eq!(o.timeouts.negative, Duration::ZERO);
         assert!(o.default_permissions && o.readdirplus);
+        assert_eq!(o.uring, None, "io_uring where the kernel offers it");
+    }
+
+    #[test]
+    fn uring_on_and_off() {
+        assert_eq!(MountOptions::parse(&["uring"]).unwrap().uring, Some(true));
+        assert_eq!(
+            MountOptions::parse(&["uring,no_uring"]).unwrap().uring,
+            Some(false),
+            "the last one wins"
+        );
+        assert!(MountOptions::parse(&["uring=1"]).is_err());
+        assert!(HELP.lines().any(|l| l.starts_with("no_uring ")));
     }
 
     /// `-o help` lists every option `apply` takes, one line each.

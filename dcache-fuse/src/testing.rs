@@ -102,6 +102,11 @@ impl TempMount {
         &self.dir
     }
 
+    /// Which transport carries the mount's requests.
+    pub fn transport(&self) -> Option<&super::session::Transport> {
+        self.mounted.as_ref().map(|m| m.transport())
+    }
+
     /// The mount's busy-poller, if it polls.
     pub fn poller(&self) -> Option<&std::sync::Arc<super::poll::Poller>> {
         self.mounted.as_ref().and_then(|m| m.poller())
@@ -133,6 +138,49 @@ impl Drop for TempMount {
         if let Some(m) = self.mounted.take() {
             drop(m);
             let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// FUSE over io_uring switched on (`enable_uring` Y) while any of these
+/// lives in this process; the first one saves the parameter's value and
+/// the last one puts it back, so tests running side by side neither see
+/// it flip nor leave it changed.
+pub struct UringEnabled(());
+
+/// Saved value and holders of [`UringEnabled`].
+static URING_HOLDERS: crate::sync::Mutex<(usize, Option<String>)> =
+    crate::sync::Mutex::new((0, None));
+
+/// Switch FUSE over io_uring on for this process's mounts (needs root and
+/// a kernel with the parameter: 6.14+, `CONFIG_FUSE_IO_URING`). `Err` is
+/// a one-line reason it is unavailable here.
+pub fn enable_uring() -> Result<UringEnabled, String> {
+    use super::wire::uring::{usable, ENABLE_PARAM};
+    available()?;
+    let was = std::fs::read_to_string(ENABLE_PARAM).map_err(|e| {
+        format!("{ENABLE_PARAM}: {e} (a kernel before 6.14, or without CONFIG_FUSE_IO_URING)")
+    })?;
+    if !usable() {
+        return Err("io_uring rings cannot be made here".into());
+    }
+    let mut h = URING_HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+    if h.0 == 0 {
+        std::fs::write(ENABLE_PARAM, "Y").map_err(|e| format!("cannot set {ENABLE_PARAM}: {e}"))?;
+        h.1 = Some(was);
+    }
+    h.0 += 1;
+    Ok(UringEnabled(()))
+}
+
+impl Drop for UringEnabled {
+    fn drop(&mut self) {
+        let mut h = URING_HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
+        h.0 -= 1;
+        if h.0 == 0 {
+            if let Some(was) = h.1.take() {
+                let _ = std::fs::write(super::wire::uring::ENABLE_PARAM, was.trim());
+            }
         }
     }
 }

@@ -22,6 +22,8 @@ fn mount(poll_us: u64) -> Option<TempMount> {
         timeouts: Timeouts::NONE,
         default_permissions: false,
         poll: Some(Duration::from_micros(poll_us)),
+        // The poller busy-polls /dev/fuse; over io_uring there is none.
+        uring: Some(false),
         ..MountOptions::default()
     };
     let m = TempMount::memfs(&o, |fs| {

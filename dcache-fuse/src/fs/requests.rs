@@ -10,6 +10,7 @@ use crate::attr::{dirent_type, file_attr, set_attr};
 use crate::core::{xattr_cred, XattrReply};
 use crate::nodes::NodeId;
 use crate::wire::abi::{self, fattr};
+use crate::wire::serve::MAX_WRITE;
 use crate::wire::{Op, Out, Request};
 
 fn empty(out: &mut Out, r: Result<()>) {
@@ -129,11 +130,16 @@ impl DcacheFs {
             }
             Op::Read(r) => {
                 self.stats.data_requests.add(1);
-                match self
-                    .file_of(r.fh, id)
-                    .and_then(|f| core.read(f, r.offset, r.size))
-                {
-                    Ok(d) => out.data(d),
+                match self.file_of(r.fh, id) {
+                    Ok(f) => {
+                        // The kernel asks at most max_pages' worth
+                        // (MAX_WRITE); a larger size is not read into memory.
+                        let buf = out.data_buf(r.size.min(MAX_WRITE) as usize);
+                        match core.read_into(f, r.offset, buf) {
+                            Ok(n) => out.data_len(n),
+                            Err(e) => out.error(e.raw()),
+                        }
+                    }
                     Err(e) => out.error(e.raw()),
                 }
             }

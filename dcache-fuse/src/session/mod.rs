@@ -25,12 +25,17 @@
 //!   detached) and `OwnMount`, the mount this process made, the only one
 //!   it ever unmounts.
 //! - `mountinfo`: the parser of /proc/self/mountinfo.
+//! - `transport`: which transport serves the mount (io_uring or
+//!   /dev/fuse), and why, for the log.
 
 mod daemon;
 mod mountinfo;
 mod mountpoint;
 mod prune;
 mod signals;
+mod transport;
+
+pub use self::transport::Transport;
 
 use std::io;
 use std::os::fd::AsFd;
@@ -50,8 +55,10 @@ use super::options::{Allow, MountOptions, DEFAULT_SUBTYPE};
 use super::poll::Poller;
 use super::stats::{Report, Stats};
 use super::usage::Usage;
+use super::wire::abi::init;
 use super::wire::dev::Notifier;
 use super::wire::serve::{self, Access, Workers};
+use super::wire::uring::{self, Rings};
 
 /// What `dcache mount` was asked to do.
 #[derive(Clone, Debug)]
@@ -111,6 +118,7 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         s.redirect();
     }
     let (session, own, report, stats, counters) = started?;
+    eprintln!("dcache: {}", session.transport);
     let pruner = Pruner {
         notifier: session.notifier.clone(),
         mountpoint: at,
@@ -163,6 +171,9 @@ enum StartError {
 /// answer with, and what must live as long as the mount.
 pub(crate) struct Serving {
     workers: Workers,
+    /// The io_uring queues, when they carry the requests.
+    rings: Option<Rings>,
+    transport: Transport,
     fs: Arc<DcacheFs>,
     notifier: Notifier,
     /// fusermount3's `auto_unmount` watch: closed when this process ends.
@@ -173,7 +184,17 @@ impl Serving {
     /// Wait until the connection ends (unmount), then record the report;
     /// the filesystem's references go when the last holder drops it.
     fn join(self) -> io::Result<()> {
-        let r = self.workers.join();
+        let mut r = self.workers.join();
+        // The /dev/fuse workers end when the connection does; the queues
+        // end with it too (every entry completes with ENOTCONN), and are
+        // told to in any case.
+        if let Some(rings) = self.rings {
+            rings.stop();
+            let q = rings.join();
+            if r.is_ok() {
+                r = q;
+            }
+        }
         self.fs.finish();
         r
     }
@@ -194,28 +215,62 @@ fn start(
         StartError::Other(format!("cannot find our mount on {}: {e}", at.display()))
     })?;
     let dev = Arc::new(m.dev);
-    serve::handshake(&dev, &mut fs).map_err(|e| other("FUSE handshake", e))?;
+    let usable = options.uring != Some(false) && uring::usable();
+    let agreed = serve::handshake(&dev, &mut fs, usable).map_err(|e| other("FUSE handshake", e))?;
     fs.connected(dev.clone());
     let poll = fs.poll_slot();
     let inval = fs.inval_slot();
-    if let Some(w) = options.poll_window(single) {
-        let p = Poller::start(dev.as_fd(), w).map_err(|e| other("poller", e))?;
-        let _ = poll.set(p);
-    }
     let access = match options.allow {
         // SAFETY: geteuid cannot fail.
         Allow::OwnerAndRoot => Access::OwnerAndRoot(unsafe { libc::geteuid() }),
         Allow::Owner | Allow::All => Access::Kernel,
     };
     let fs = Arc::new(fs);
-    let n = options.threads(single);
+    let (rings, why) = if agreed.flags & init::OVER_IO_URING != 0 {
+        match uring::start(
+            &dev,
+            fs.clone(),
+            access,
+            uring::DEFAULT_DEPTH,
+            serve::MAX_WRITE as usize,
+        )
+        .map_err(|e| other("io_uring", e))?
+        {
+            uring::Started::Rings(r) => (Some(r), String::new()),
+            uring::Started::FellBack(e) => (None, format!("{e}")),
+        }
+    } else {
+        (None, transport::why_not(options.uring, usable))
+    };
+    // On io_uring, /dev/fuse carries only FORGET and INTERRUPT: one worker,
+    // and nothing to busy-poll.
+    let n = if rings.is_some() {
+        1
+    } else {
+        options.threads(single)
+    };
+    if rings.is_none() {
+        if let Some(w) = options.poll_window(single) {
+            let p = Poller::start(dev.as_fd(), w).map_err(|e| other("poller", e))?;
+            let _ = poll.set(p);
+        }
+    }
     let workers = serve::start(&dev, fs.clone(), n, options.clone_fd && n > 1, access)
         .map_err(|e| other("workers", e))?;
+    let transport = match &rings {
+        Some(r) => Transport::Uring {
+            queues: r.queues(),
+            depth: r.depth(),
+        },
+        None => Transport::DevFuse { workers: n, why },
+    };
     let notifier = Notifier::new(dev);
     start_invalidator(notifier.clone(), &inval).map_err(|e| other("invalidator", e))?;
     Ok((
         Serving {
             workers,
+            rings,
+            transport,
             fs,
             notifier,
             _watch: m.watch,
@@ -259,6 +314,7 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
 /// Dropping it unmounts.
 pub struct Mounted {
     session: Option<Serving>,
+    transport: Transport,
     own: OwnMount,
     report: Arc<OnceLock<Report>>,
     poll: Arc<OnceLock<Arc<Poller>>>,
@@ -270,6 +326,11 @@ impl Mounted {
     /// The mount point (canonical).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Which transport carries the requests.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// The busy-poller, if this mount polls (`poll_us`, [`super::poll`]).
@@ -382,6 +443,7 @@ pub fn mount(
         })?;
     Ok(Mounted {
         own,
+        transport: session.transport.clone(),
         pruner: Pruner {
             notifier: session.notifier.clone(),
             mountpoint: path.clone(),

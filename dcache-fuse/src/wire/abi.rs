@@ -83,6 +83,9 @@ pub mod init {
     /// `flags2` bit 5: reads and writes of files opened with a backing
     /// file go to it without the daemon.
     pub const PASSTHROUGH: u64 = 1 << 37;
+    /// `FUSE_OVER_IO_URING` (flags2 bit 9, 7.42): requests may come on
+    /// io_uring queues (see [`crate::wire::uring`]).
+    pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// `fuse_setattr_in.valid` bits.
@@ -120,6 +123,28 @@ pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
 pub const NOTIFY_INVAL_INODE: i32 = 2;
 /// `FUSE_NOTIFY_INVAL_ENTRY`.
 pub const NOTIFY_INVAL_ENTRY: i32 = 3;
+
+/// FUSE over io_uring (protocol 7.42, `include/uapi/linux/fuse.h`): the
+/// commands sent as `IORING_OP_URING_CMD` on /dev/fuse, and the layout of
+/// a ring entry's header buffer.
+pub mod uring {
+    /// `FUSE_IO_URING_CMD_REGISTER`: hand the kernel an entry's two
+    /// buffers; it completes when a request is in them.
+    pub const CMD_REGISTER: u32 = 1;
+    /// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: the reply in the entry's
+    /// buffers goes back, and the entry waits for the next request.
+    pub const CMD_COMMIT_AND_FETCH: u32 = 2;
+    /// `FUSE_URING_IN_OUT_HEADER_SZ`: room for `fuse_in_header` (request)
+    /// or `fuse_out_header` (reply) at the start of the header buffer.
+    pub const IN_OUT_HEADER_SZ: usize = 128;
+    /// `FUSE_URING_OP_IN_OUT_SZ`: room for the request's first argument
+    /// (the per-opcode record: `fuse_write_in`, `fuse_mkdir_in`, ...).
+    pub const OP_IN_OUT_SZ: usize = 128;
+    /// Where `fuse_uring_ent_in_out` starts in the header buffer.
+    pub const ENT_IN_OUT_OFFSET: usize = IN_OUT_HEADER_SZ + OP_IN_OUT_SZ;
+    /// The SQE128 command area (`sqe->cmd`) holding `fuse_uring_cmd_req`.
+    pub const SQE_CMD_SZ: usize = 80;
+}
 
 /// The smallest read buffer the kernel accepts.
 pub const MIN_READ_BUFFER: usize = 8192;
@@ -302,7 +327,37 @@ records! {
     pub struct BackingMap { pub fd: i32, pub flags: u32, pub padding: u64 } = 16;
     /// `struct fuse_notify_inval_entry_out`.
     pub struct NotifyInvalEntry { pub parent: u64, pub namelen: u32, pub flags: u32 } = 16;
+    /// `struct fuse_uring_ent_in_out`: the last part of a ring entry's
+    /// header buffer. The kernel writes `commit_id` (the request's unique)
+    /// and `payload_sz` (the bytes of the payload buffer the request
+    /// fills); the daemon writes `payload_sz` of its reply.
+    pub struct UringEntInOut {
+        pub flags: u64, pub commit_id: u64, pub payload_sz: u32, pub padding: u32, pub reserved: u64,
+    } = 32;
+    /// `struct fuse_uring_req_header`: one ring entry's header buffer, the
+    /// in/out header and the per-opcode record as 128-byte areas.
+    pub struct UringReqHeader {
+        pub in_out: [u64; 16], pub op_in: [u64; 16], pub ring_ent_in_out: UringEntInOut,
+    } = 288;
+    /// `struct fuse_uring_cmd_req`, at the start of an SQE128's 80-byte
+    /// command area (the rest zero).
+    pub struct UringCmdReq { pub flags: u64, pub commit_id: u64, pub qid: u16, pub padding: [u16; 3] } = 24;
 }
+
+// The ring entry's header areas as the uapi header lays them out: the
+// records go where the kernel reads and writes them.
+const _: () = assert!(size_of::<[u64; 16]>() == uring::IN_OUT_HEADER_SZ);
+const _: () = assert!(size_of::<[u64; 16]>() == uring::OP_IN_OUT_SZ);
+const _: () = assert!(std::mem::offset_of!(UringReqHeader, op_in) == uring::IN_OUT_HEADER_SZ);
+const _: () =
+    assert!(std::mem::offset_of!(UringReqHeader, ring_ent_in_out) == uring::ENT_IN_OUT_OFFSET);
+const _: () = assert!(size_of::<InHeader>() <= uring::IN_OUT_HEADER_SZ);
+const _: () = assert!(size_of::<OutHeader>() <= uring::IN_OUT_HEADER_SZ);
+const _: () = assert!(size_of::<UringCmdReq>() <= uring::SQE_CMD_SZ);
+// Every record that comes first in a request fits the per-opcode area.
+const _: () = assert!(size_of::<SetattrIn>() <= uring::OP_IN_OUT_SZ);
+const _: () = assert!(size_of::<CopyFileRangeIn>() <= uring::OP_IN_OUT_SZ);
+const _: () = assert!(size_of::<InitIn>() <= uring::OP_IN_OUT_SZ);
 
 /// A directory record's length rounded up to 8 bytes (`FUSE_DIRENT_ALIGN`).
 pub const fn dirent_align(n: usize) -> usize {

@@ -1,12 +1,12 @@
 //! The FUSE request layer: the wire format ([`abi`]), parsing requests
 //! ([`request`]), building replies ([`reply`]), the /dev/fuse channel
-//! ([`dev`]), mounting ([`mount`]) and the workers that serve a
-//! connection ([`serve`]). A [`Handler`] answers parsed requests; the
-//! transport that carries them (today /dev/fuse reads and writes) is
-//! separate, so another one (FUSE over io_uring) serves the same handler.
+//! ([`dev`]), mounting ([`mount`]), the workers that serve a connection
+//! through /dev/fuse reads and writes ([`serve`]), and the queues that
+//! serve it through FUSE over io_uring ([`uring`]). A [`Handler`] answers
+//! parsed requests, whichever transport carried them.
 //!
 //! Modules depend one way: `abi` on nothing, `request`/`reply`/`dev` on
-//! `abi`, `mount` on `dev`, `serve` on all of them.
+//! `abi`, `mount` on `dev`, `serve` on all of them, `uring` on `serve`.
 
 pub mod abi;
 pub mod dev;
@@ -14,6 +14,7 @@ pub mod mount;
 pub mod reply;
 pub mod request;
 pub mod serve;
+pub mod uring;
 
 pub use self::reply::Out;
 pub use self::request::{Header, Op, Request};

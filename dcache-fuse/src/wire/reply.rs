@@ -16,8 +16,11 @@ pub struct Out {
     error: i32,
     /// The records after the header.
     body: Vec<u8>,
-    /// Data sent after `body` without copying it there (a read's bytes).
+    /// Data sent after `body` without copying it there (a read's bytes):
+    /// the first `tail_len` bytes. Kept allocated from reply to reply, so
+    /// a read into it ([`Out::data_buf`]) allocates and zeroes nothing.
     tail: Vec<u8>,
+    tail_len: usize,
     /// False: the request takes no reply.
     reply: bool,
     /// The header, filled in by [`Out::iov`].
@@ -30,7 +33,7 @@ impl Out {
         self.unique = unique;
         self.error = 0;
         self.body.clear();
-        self.tail.clear();
+        self.tail_len = 0;
         self.reply = true;
     }
 
@@ -38,7 +41,7 @@ impl Out {
     pub fn error(&mut self, errno: i32) {
         self.error = -errno;
         self.body.clear();
-        self.tail.clear();
+        self.tail_len = 0;
     }
 
     /// Send nothing (FORGET and its kind).
@@ -68,7 +71,25 @@ impl Out {
 
     /// Send `data` after the records, without copying it.
     pub fn data(&mut self, data: Vec<u8>) {
+        self.tail_len = data.len();
         self.tail = data;
+    }
+
+    /// A buffer of `len` bytes to read the reply's data into (sent after
+    /// the records); [`Out::data_len`] then says how much of it was
+    /// filled. The buffer is this `Out`'s, reused from reply to reply: its
+    /// bytes are what an earlier reply left, not zeroes.
+    pub fn data_buf(&mut self, len: usize) -> &mut [u8] {
+        if self.tail.len() < len {
+            self.tail.resize(len, 0);
+        }
+        self.tail_len = len;
+        &mut self.tail[..len]
+    }
+
+    /// Send only the first `n` bytes of the [`Out::data_buf`] buffer.
+    pub fn data_len(&mut self, n: usize) {
+        self.tail_len = self.tail_len.min(n);
     }
 
     /// The body so far (for tests).
@@ -84,21 +105,33 @@ impl Out {
         }
     }
 
-    /// The reply's pieces, header first, for one `writev`.
-    pub fn iov(&mut self) -> [IoSlice<'_>; 3] {
-        let len = size_of::<abi::OutHeader>() + self.body.len() + self.tail.len();
-        self.header = abi::OutHeader {
+    fn out_header(&self) -> abi::OutHeader {
+        let len = size_of::<abi::OutHeader>() + self.body.len() + self.tail_len;
+        abi::OutHeader {
             // A reply is at most a header, a directory buffer or a read of
             // at most max_write bytes: far below 4 GiB.
             len: u32::try_from(len).unwrap_or(u32::MAX),
             error: self.error,
             unique: self.unique,
-        };
+        }
+    }
+
+    /// The reply's pieces, header first, for one `writev`.
+    pub fn iov(&mut self) -> [IoSlice<'_>; 3] {
+        self.header = self.out_header();
         [
             IoSlice::new(self.header.as_bytes()),
             IoSlice::new(&self.body),
-            IoSlice::new(&self.tail),
+            IoSlice::new(&self.tail[..self.tail_len]),
         ]
+    }
+
+    /// The reply as a transport that places the pieces itself takes it
+    /// (an io_uring entry: the header into its in/out area, the records
+    /// and then the data into its payload buffer): the header, the
+    /// records, the data.
+    pub fn parts(&self) -> (abi::OutHeader, &[u8], &[u8]) {
+        (self.out_header(), &self.body, &self.tail[..self.tail_len])
     }
 }
 
@@ -177,6 +210,21 @@ mod tests {
         o.error(2);
         let h = abi::OutHeader::read(&o.iov()[0]).unwrap();
         assert_eq!((h.len, h.error), (16, -2), "an error carries no body");
+        let (p, body, tail) = o.parts();
+        assert_eq!((p, body.len(), tail.len()), (h, 0, 0), "the same reply");
+
+        // A read into the reused buffer: only what was filled is sent, and
+        // the next reply starts without data.
+        o.start(9);
+        o.data_buf(8).copy_from_slice(b"abcdefgh");
+        o.data_len(3);
+        let (h, _, tail) = o.parts();
+        assert_eq!((h.len, tail), (16 + 3, &b"abc"[..]));
+        o.start(10);
+        assert_eq!(o.parts().2.len(), 0);
+        assert_eq!(o.data_buf(4), b"abcd", "reused, not zeroed");
+        o.error(5);
+        assert_eq!(o.parts().0.len, 16);
 
         o.start(7);
         let mut d = o.dir(64);

@@ -126,30 +126,49 @@ pub struct Malformed {
     pub unique: Option<u64>,
 }
 
-/// The arguments after the header, consumed front to back.
-struct Args<'a>(&'a [u8]);
+/// The arguments after the header, consumed front to back. From /dev/fuse
+/// they are one run of bytes; from an io_uring entry the first argument
+/// (the per-opcode record) is in its own area of the header buffer and
+/// the rest (names, data) in the payload buffer: `first` is that area
+/// until the first record is taken from it.
+struct Args<'a> {
+    first: Option<&'a [u8]>,
+    rest: &'a [u8],
+}
 
 impl<'a> Args<'a> {
     fn rec<T: Pod>(&mut self) -> Option<T> {
-        let v = T::read(self.0)?;
-        self.0 = &self.0[std::mem::size_of::<T>()..];
+        if let Some(f) = self.first.take() {
+            return T::read(f);
+        }
+        let v = T::read(self.rest)?;
+        self.rest = &self.rest[std::mem::size_of::<T>()..];
         Some(v)
+    }
+
+    /// The first record, zero-extended where the kernel sent less (an
+    /// older kernel's shorter record).
+    fn rec_prefix<T: Pod>(&mut self) -> T {
+        match self.first.take() {
+            Some(f) => T::read_prefix(f),
+            None => T::read_prefix(self.rest),
+        }
     }
 
     /// A NUL-terminated name (without its NUL).
     fn name(&mut self) -> Option<&'a [u8]> {
-        let end = self.0.iter().position(|&b| b == 0)?;
-        let (n, rest) = self.0.split_at(end);
-        self.0 = &rest[1..];
+        let end = self.rest.iter().position(|&b| b == 0)?;
+        let (n, rest) = self.rest.split_at(end);
+        self.rest = &rest[1..];
         Some(n)
     }
 
     fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
+        if self.rest.len() < n {
             return None;
         }
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
+        let (b, rest) = self.rest.split_at(n);
+        self.rest = rest;
         Some(b)
     }
 }
@@ -167,8 +186,38 @@ impl<'a> Request<'a> {
             return Err(bad);
         }
         let body = &buf[std::mem::size_of::<abi::InHeader>()..len];
-        let op = Self::op(h.opcode, Args(body)).ok_or(bad)?;
-        Ok(Request {
+        let args = Args {
+            first: None,
+            rest: body,
+        };
+        Self::with_header(&h, args).ok_or(bad)
+    }
+
+    /// Parse one request from an io_uring entry: `header` is the entry's
+    /// in/out area (`fuse_in_header` first), `op_in` its per-opcode area
+    /// (the request's first argument, zero-padded), `payload` the part of
+    /// the payload buffer the kernel filled (the other arguments: names,
+    /// a write's data, borrowed, not copied). The header's `len` counts
+    /// what /dev/fuse would carry and is not checked here: the payload's
+    /// size bounds what is read.
+    pub fn parse_parts(
+        header: &'a [u8],
+        op_in: &'a [u8],
+        payload: &'a [u8],
+    ) -> Result<Request<'a>, Malformed> {
+        let h = abi::InHeader::read(header).ok_or(Malformed { unique: None })?;
+        let args = Args {
+            first: Some(op_in),
+            rest: payload,
+        };
+        Self::with_header(&h, args).ok_or(Malformed {
+            unique: Some(h.unique),
+        })
+    }
+
+    fn with_header(h: &abi::InHeader, args: Args<'a>) -> Option<Request<'a>> {
+        let op = Self::op(h.opcode, args)?;
+        Some(Request {
             header: Header {
                 unique: h.unique,
                 opcode: h.opcode,
@@ -183,21 +232,21 @@ impl<'a> Request<'a> {
 
     fn op(opcode: u32, mut a: Args<'a>) -> Option<Op<'a>> {
         Some(match opcode {
-            op::INIT => Op::Init(abi::InitIn::read_prefix(a.0)),
+            op::INIT => Op::Init(a.rec_prefix()),
             op::DESTROY => Op::Destroy,
             op::INTERRUPT => Op::Interrupt(a.rec()?),
             op::LOOKUP => Op::Lookup { name: a.name()? },
             op::FORGET => Op::Forget(a.rec()?),
             op::BATCH_FORGET => {
                 let n: abi::BatchForgetIn = a.rec()?;
-                let mut v = Vec::with_capacity((n.count as usize).min(a.0.len() / 16));
+                let mut v = Vec::with_capacity((n.count as usize).min(a.rest.len() / 16));
                 for _ in 0..n.count {
                     v.push(a.rec()?);
                 }
                 Op::BatchForget(v)
             }
             // Kernels before 7.9 send no getattr_in.
-            op::GETATTR => Op::Getattr(abi::GetattrIn::read_prefix(a.0)),
+            op::GETATTR => Op::Getattr(a.rec_prefix()),
             op::SETATTR => Op::Setattr(a.rec()?),
             op::READLINK => Op::Readlink,
             op::SYMLINK => {
@@ -345,6 +394,69 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert_eq!(Request::parse(&request(999, b"")).unwrap().op, Op::Unknown);
+    }
+
+    /// From an io_uring entry: the first record in its own area, names and
+    /// data in the payload (borrowed from it).
+    #[test]
+    fn parts_as_a_ring_entry_holds_them() {
+        let h = abi::InHeader {
+            len: 0,
+            opcode: op::MKDIR,
+            unique: 3,
+            nodeid: 1,
+            ..Default::default()
+        };
+        let mut op_in = [0u8; 128];
+        let m = abi::MkdirIn {
+            mode: 0o755,
+            umask: 0o22,
+        };
+        op_in[..8].copy_from_slice(m.as_bytes());
+        let r = Request::parse_parts(h.as_bytes(), &op_in, b"dir\0").unwrap();
+        assert_eq!(
+            r.op,
+            Op::Mkdir {
+                arg: m,
+                name: b"dir"
+            }
+        );
+        assert_eq!(r.header.unique, 3);
+        // A lookup's first argument is empty: the name is in the payload.
+        let h = abi::InHeader {
+            opcode: op::LOOKUP,
+            ..h
+        };
+        let r = Request::parse_parts(h.as_bytes(), &[0; 128], b"x\0").unwrap();
+        assert_eq!(r.op, Op::Lookup { name: b"x" });
+        // A write's data is the payload itself, not a copy.
+        let w = abi::WriteIn {
+            size: 4,
+            ..Default::default()
+        };
+        let mut op_in = [0u8; 128];
+        op_in[..40].copy_from_slice(w.as_bytes());
+        let payload = b"data".to_vec();
+        let h = abi::InHeader {
+            opcode: op::WRITE,
+            ..h
+        };
+        match Request::parse_parts(h.as_bytes(), &op_in, &payload)
+            .unwrap()
+            .op
+        {
+            Op::Write { data, .. } => assert_eq!(data.as_ptr(), payload.as_ptr()),
+            o => panic!("{o:?}"),
+        }
+        // A payload shorter than the write claims; a short header.
+        assert_eq!(
+            Request::parse_parts(h.as_bytes(), &op_in, b"da"),
+            Err(Malformed { unique: Some(3) })
+        );
+        assert_eq!(
+            Request::parse_parts(&h.as_bytes()[..20], &op_in, b"data"),
+            Err(Malformed { unique: None })
+        );
     }
 
     /// Lengths that do not add up are refused, never read past.

@@ -83,7 +83,9 @@ pub struct Negotiated {
 }
 
 /// Answer the kernel's INIT on `dev` (the first request of a new mount).
-pub fn handshake<H: Handler>(dev: &Dev, handler: &mut H) -> io::Result<Negotiated> {
+/// `uring`: ask for FUSE over io_uring where the kernel offers it (the
+/// caller then registers the rings, [`super::uring`]).
+pub fn handshake<H: Handler>(dev: &Dev, handler: &mut H, uring: bool) -> io::Result<Negotiated> {
     let mut buf = vec![0u8; BUFFER];
     let mut out = Out::default();
     loop {
@@ -121,7 +123,10 @@ pub fn handshake<H: Handler>(dev: &Dev, handler: &mut H) -> io::Result<Negotiate
         if offered & init::INIT_EXT != 0 {
             offered |= u64::from(i.flags2) << 32;
         }
-        let base = init::ASYNC_READ | init::BIG_WRITES | init::MAX_PAGES;
+        let mut base = init::ASYNC_READ | init::BIG_WRITES | init::MAX_PAGES;
+        if uring {
+            base |= init::OVER_IO_URING;
+        }
         let flags = (base | handler.init(offered)) & offered;
         let flags = if offered & init::INIT_EXT != 0 {
             flags | init::INIT_EXT
@@ -207,27 +212,42 @@ fn work<H: Handler>(dev: &Dev, handler: &H, access: Access) -> io::Result<()> {
             Received::Again => continue,
             Received::Gone => return Ok(()),
         };
-        match Request::parse(&buf[..n]) {
-            Ok(req) => {
-                out.start(req.header.unique);
-                if access.refuses(req.header.uid, req.header.opcode) {
-                    out.error(libc::EACCES);
-                } else {
-                    handler.handle(&req, &mut out);
-                }
-            }
-            Err(Malformed { unique: Some(u) }) => {
-                out.start(u);
-                out.error(libc::EINVAL);
-            }
-            // No header to answer: nothing can be sent back.
-            Err(Malformed { unique: None }) => continue,
+        if !answer(Request::parse(&buf[..n]), handler, access, &mut out) {
+            continue;
         }
         if out.wants_reply() {
             // ENOENT: the request was interrupted and is gone; nothing to
             // do. Any other error ends only this reply.
             let _ = dev.send(&out.iov());
         }
+    }
+}
+
+/// Answer one request, whichever transport brought it: refused, handled,
+/// or EINVAL for one whose lengths do not add up. False when there is no
+/// header to answer (nothing can be sent back).
+pub(crate) fn answer<H: Handler>(
+    parsed: Result<Request<'_>, Malformed>,
+    handler: &H,
+    access: Access,
+    out: &mut Out,
+) -> bool {
+    match parsed {
+        Ok(req) => {
+            out.start(req.header.unique);
+            if access.refuses(req.header.uid, req.header.opcode) {
+                out.error(libc::EACCES);
+            } else {
+                handler.handle(&req, out);
+            }
+            true
+        }
+        Err(Malformed { unique: Some(u) }) => {
+            out.start(u);
+            out.error(libc::EINVAL);
+            true
+        }
+        Err(Malformed { unique: None }) => false,
     }
 }
 
@@ -331,7 +351,7 @@ mod tests {
         let offered = (init::ASYNC_READ | init::PARALLEL_DIROPS | init::BIG_WRITES) as u32;
         send(&kernel, op::INIT, 2, 0, init_in(7, 45, offered).as_bytes());
         let mut toy = Toy(0);
-        let n = handshake(&dev, &mut toy).unwrap();
+        let n = handshake(&dev, &mut toy, true).unwrap();
         let (h, b) = recv(&kernel);
         let first = abi::InitOut::read_prefix(&b);
         assert_eq!((h.unique, first.major), (1, abi::MAJOR));
