@@ -78,7 +78,7 @@ impl From<Errno> for Stop {
 }
 
 /// Where a step leaves the walk.
-enum Next<T> {
+pub(super) enum Next<T> {
     /// Go on with the next component.
     Go,
     /// Splice a symlink's target in before the rest of the path.
@@ -355,21 +355,51 @@ impl<'v, 'g, 'c> RcuWalk<'v, 'g, 'c> {
     #[inline(always)]
     fn run<S: CompSource>(&mut self, src: &mut S) -> std::result::Result<Option<&'g [u8]>, Stop> {
         while let Some(comp) = src.next_comp() {
-            match step(self, self.flags, &comp) {
-                Ok(Next::Go) => {}
-                Ok(Next::Link(target)) => match src.push_link(target) {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(Some(target)),
-                    Err(e) => return Err(Stop::Err(e)),
-                },
-                Err(Stop::Fallback) => {
-                    src.rewind();
-                    return Err(Stop::Fallback);
-                }
-                Err(e) => return Err(e),
+            let r = self.step(&comp);
+            if let Some(stopped) = Self::after_step(src, r) {
+                return stopped;
             }
         }
         Ok(None)
+    }
+
+    /// One component by the shared rules ([`step`]). The batched walk
+    /// (`vfs::batch`) calls this once per component, between its
+    /// prefetches; `run` calls it in a loop.
+    #[inline(always)]
+    pub(super) fn step(&mut self, comp: &Comp<'_>) -> std::result::Result<Next<&'g [u8]>, Stop> {
+        step(self, self.flags, comp)
+    }
+
+    /// What a step's result means for the walk over `src`: `None`, go on
+    /// with the next component; `Some(r)`, the walk stops with what `run`
+    /// returns (on a fallback, `src` rewound to the component that stopped
+    /// it).
+    #[inline(always)]
+    pub(super) fn after_step<S: CompSource>(
+        src: &mut S,
+        r: std::result::Result<Next<&'g [u8]>, Stop>,
+    ) -> Option<std::result::Result<Option<&'g [u8]>, Stop>> {
+        match r {
+            Ok(Next::Go) => None,
+            Ok(Next::Link(target)) => match src.push_link(target) {
+                Ok(true) => None,
+                Ok(false) => Some(Ok(Some(target))),
+                Err(e) => Some(Err(Stop::Err(e))),
+            },
+            Err(Stop::Fallback) => {
+                src.rewind();
+                Some(Err(Stop::Fallback))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The dentry the walk stands in (the directory the next component is
+    /// looked up in).
+    #[inline(always)]
+    pub(super) fn cur(&self) -> &'g Dentry {
+        self.cur
     }
 
     /// The walk's end: `read` the final dentry inside the section; its
@@ -547,19 +577,48 @@ impl Vfs {
     where
         'v: 'g,
     {
+        let mut w = match self.rcu_start(g, cred, at, path, flags) {
+            Ok(w) => w,
+            Err(done) => return done,
+        };
+        if path.len() > FAST_PATH_MAX {
+            let stopped = w.run_general(Components::new(path));
+            return self.finish_rcu(w, at, path, stopped, read);
+        }
+        let mut store = MaybeUninit::uninit();
+        let mut one = OnePiece::new(path, &mut store);
+        let ran = w.run(&mut one);
+        self.end_one(w, at, path, one.rest_start(), ran, read)
+    }
+
+    /// An rcu-mode walk of `path` from `at` standing at its start, or
+    /// (`Err`) the answer when it cannot start: EXDEV for another `Vfs`'s
+    /// directory, a ref-mode restart when the start is mid-change.
+    #[inline(always)]
+    pub(super) fn rcu_start<'v, 'g, 'c, 'p, R>(
+        &'v self,
+        g: &'g RcuGuard<'_>,
+        cred: &'c Cred,
+        at: At<'g>,
+        path: &'p [u8],
+        flags: WalkFlags,
+    ) -> std::result::Result<RcuWalk<'v, 'g, 'c>, Walked<'v, 'p, R>>
+    where
+        'v: 'g,
+    {
         let sb = self.sb();
         // SAFETY: the root lives as long as the Vfs.
         let root: &'g Dentry = unsafe { &*sb.root() };
         let start: &'g Dentry = match at {
             At::Dir(d) if path.first() != Some(&b'/') => {
                 if !self.owns(d) {
-                    return Walked::Err(Errno::EXDEV);
+                    return Err(Walked::Err(Errno::EXDEV));
                 }
                 d
             }
             _ => root,
         };
-        let mut w = RcuWalk {
+        let w = RcuWalk {
             sb,
             g,
             cred,
@@ -571,28 +630,38 @@ impl Vfs {
             flags,
         };
         if (w.seq | w.rename_seq) & 1 != 0 {
-            return self.restart(at, path);
+            return Err(self.restart(at, path));
         }
-        if path.len() > FAST_PATH_MAX {
-            let stopped = w.run_general(Components::new(path));
-            return self.finish_rcu(w, at, path, stopped, read);
-        }
-        let mut store = MaybeUninit::uninit();
-        let mut one = OnePiece::new(path, &mut store);
-        match w.run(&mut one) {
+        Ok(w)
+    }
+
+    /// The end of an rcu walk over a [`OnePiece`] copy of `path`: `ran` is
+    /// what the walk returned (`RcuWalk::run`, or the batched walk's last
+    /// `after_step`), `rest_start` the source's `rest_start()` then.
+    #[inline(always)]
+    pub(super) fn end_one<'v, 'g, 'p, R>(
+        &'v self,
+        mut w: RcuWalk<'v, 'g, '_>,
+        at: At<'_>,
+        path: &'p [u8],
+        rest_start: usize,
+        ran: std::result::Result<Option<&'g [u8]>, Stop>,
+        read: impl FnOnce(&'g Dentry) -> Option<R>,
+    ) -> Walked<'v, 'p, R> {
+        match ran {
             Ok(None) => match w.complete(read) {
                 Some(r) => Walked::Rcu(r),
                 None => w.unlazy_or_restart(self, at, path, Components::new(&path[path.len()..])),
             },
             Ok(Some(target)) => {
-                let stopped = w.run_links(target, &path[one.rest_start()..]);
+                let stopped = w.run_links(target, &path[rest_start..]);
                 self.finish_rcu(w, at, path, stopped, read)
             }
             Err(Stop::Err(e)) => Walked::Err(e),
             // Continue in ref mode from the component that stopped it: the
             // same bytes of the caller's path as of the copy.
             Err(Stop::Fallback) => {
-                let rest = Components::new(&path[one.rest_start()..]);
+                let rest = Components::new(&path[rest_start..]);
                 w.unlazy_or_restart(self, at, path, rest)
             }
         }
