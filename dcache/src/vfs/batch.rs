@@ -18,7 +18,8 @@
 //!    name hash): both are known without a load (the walk stands in the
 //!    directory; the hash comes from the path scan);
 //! 2. load the bucket's first dentry and prefetch its two read lines;
-//! 3. load that dentry's inode pointer and prefetch the inode;
+//! 3. load that dentry's inode pointer and prefetch the inode (its mode
+//!    word; for the last component, the attributes too);
 //! 4. take the step: [`RcuWalk::step`], the one walk's per-component rules
 //!    and checks (`namei::step`), which now finds its lines in the cache,
 //!    then scan the next component and prefetch its bucket (1).
@@ -188,7 +189,7 @@ impl Vfs {
                             };
                             if d.hint_matches(w.cur(), l.comp.hash) {
                                 if let Some(i) = inode_of(g, d) {
-                                    prefetch_lines(i, 2);
+                                    i.prefetch(OnePiece::is_last(l.comp));
                                 }
                             } else if let Some(n) = d.hash_next_rcu(g) {
                                 prefetch_lines(n, 2);
@@ -252,15 +253,13 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
                 self.single(k, path);
                 continue;
             }
-            let w = match self
+            let Some(w) = self
                 .vfs
                 .rcu_start(self.g, self.cred, self.at, path, self.flags)
-            {
-                Ok(w) => w,
-                Err(done) => {
-                    put(&mut self.out[k], self.late, k, done);
-                    continue;
-                }
+            else {
+                let done = self.vfs.rcu_not_started(self.at, path);
+                put(&mut self.out[k], self.late, k, done);
+                continue;
             };
             l.one.reset(path);
             let Some(comp) = l.one.next_scanned() else {

@@ -577,32 +577,71 @@ impl Vfs {
     where
         'v: 'g,
     {
-        let mut w = match self.rcu_start(g, cred, at, path, flags) {
-            Ok(w) => w,
-            Err(done) => return done,
+        let sb = self.sb();
+        // SAFETY: the root lives as long as the Vfs.
+        let root: &'g Dentry = unsafe { &*sb.root() };
+        let start: &'g Dentry = match at {
+            At::Dir(d) if path.first() != Some(&b'/') => {
+                if !self.owns(d) {
+                    return Walked::Err(Errno::EXDEV);
+                }
+                d
+            }
+            _ => root,
         };
+        let mut w = RcuWalk {
+            sb,
+            g,
+            cred,
+            root,
+            cur: start,
+            seq: start.d_seq.raw_begin(),
+            dotdot: false,
+            rename_seq: sb.rename_seq.raw_begin(),
+            flags,
+        };
+        if (w.seq | w.rename_seq) & 1 != 0 {
+            return self.restart(at, path);
+        }
         if path.len() > FAST_PATH_MAX {
             let stopped = w.run_general(Components::new(path));
             return self.finish_rcu(w, at, path, stopped, read);
         }
         let mut store = MaybeUninit::uninit();
         let mut one = OnePiece::new(path, &mut store);
-        let ran = w.run(&mut one);
-        self.end_one(w, at, path, one.rest_start(), ran, read)
+        match w.run(&mut one) {
+            Ok(None) => match w.complete(read) {
+                Some(r) => Walked::Rcu(r),
+                None => w.unlazy_or_restart(self, at, path, Components::new(&path[path.len()..])),
+            },
+            Ok(Some(target)) => {
+                let stopped = w.run_links(target, &path[one.rest_start()..]);
+                self.finish_rcu(w, at, path, stopped, read)
+            }
+            Err(Stop::Err(e)) => Walked::Err(e),
+            // Continue in ref mode from the component that stopped it: the
+            // same bytes of the caller's path as of the copy.
+            Err(Stop::Fallback) => {
+                let rest = Components::new(&path[one.rest_start()..]);
+                w.unlazy_or_restart(self, at, path, rest)
+            }
+        }
     }
 
     /// An rcu-mode walk of `path` from `at` standing at its start, or
-    /// (`Err`) the answer when it cannot start: EXDEV for another `Vfs`'s
-    /// directory, a ref-mode restart when the start is mid-change.
+    /// `None` when it cannot start: [`Vfs::rcu_not_started`] says why. The
+    /// batched walk's start; `walk_rcu` writes the same lines inline (going
+    /// through this costs its fast path a dozen instructions of moves, and
+    /// the cached stat is held to its instruction count).
     #[inline(always)]
-    pub(super) fn rcu_start<'v, 'g, 'c, 'p, R>(
+    pub(super) fn rcu_start<'v, 'g, 'c>(
         &'v self,
         g: &'g RcuGuard<'_>,
         cred: &'c Cred,
         at: At<'g>,
-        path: &'p [u8],
+        path: &[u8],
         flags: WalkFlags,
-    ) -> std::result::Result<RcuWalk<'v, 'g, 'c>, Walked<'v, 'p, R>>
+    ) -> Option<RcuWalk<'v, 'g, 'c>>
     where
         'v: 'g,
     {
@@ -612,7 +651,7 @@ impl Vfs {
         let start: &'g Dentry = match at {
             At::Dir(d) if path.first() != Some(&b'/') => {
                 if !self.owns(d) {
-                    return Err(Walked::Err(Errno::EXDEV));
+                    return None;
                 }
                 d
             }
@@ -630,14 +669,31 @@ impl Vfs {
             flags,
         };
         if (w.seq | w.rename_seq) & 1 != 0 {
-            return Err(self.restart(at, path));
+            return None;
         }
-        Ok(w)
+        Some(w)
+    }
+
+    /// Why `rcu_start` could not start: EXDEV for another `Vfs`'s
+    /// directory, else the start was mid-change (a ref-mode restart).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn rcu_not_started<'v, 'p, R>(
+        &'v self,
+        at: At<'_>,
+        path: &'p [u8],
+    ) -> Walked<'v, 'p, R> {
+        match at {
+            At::Dir(d) if path.first() != Some(&b'/') && !self.owns(d) => Walked::Err(Errno::EXDEV),
+            _ => self.restart(at, path),
+        }
     }
 
     /// The end of an rcu walk over a [`OnePiece`] copy of `path`: `ran` is
-    /// what the walk returned (`RcuWalk::run`, or the batched walk's last
-    /// `after_step`), `rest_start` the source's `rest_start()` then.
+    /// what the walk returned (the batched walk's last `after_step`),
+    /// `rest_start` the source's `rest_start()` then. The batched walk's
+    /// end; `walk_rcu` matches the same cases inline, for the reason given
+    /// at `rcu_start`.
     #[inline(always)]
     pub(super) fn end_one<'v, 'g, 'p, R>(
         &'v self,

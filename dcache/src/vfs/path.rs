@@ -593,6 +593,12 @@ impl OnePiece<'_> {
         })
     }
 
+    /// Whether no component follows this one.
+    #[inline(always)]
+    pub(super) fn is_last(s: Scanned) -> bool {
+        s.last
+    }
+
     /// The component `s` describes: the last one scanned.
     #[inline(always)]
     pub(super) fn comp(&self, s: Scanned) -> Comp<'_> {
