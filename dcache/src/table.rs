@@ -162,26 +162,27 @@ impl Table {
         unsafe { self.buckets.get_unchecked(i) }
     }
 
-    /// Start loading the bucket (parent, hash) falls in (the batched walk's
-    /// first phase; a hint, see `crate::prefetch`).
+    /// The bucket (parent, hash) falls in (the batched walk prefetches it
+    /// and loads its head; the lookup proper is `lookup_rcu_word`, which
+    /// finds the bucket again).
     #[inline(always)]
-    pub(crate) fn prefetch_bucket(&self, parent: *const Dentry, hash: u32) {
-        crate::prefetch::prefetch(self.bucket(parent, hash));
+    pub(crate) fn bucket_for(&self, parent: *const Dentry, hash: u32) -> &AtomicPtr<Dentry> {
+        self.bucket(parent, hash)
     }
 
-    /// The first dentry on the chain (parent, hash) falls in, inside the
-    /// read section `g` (the batched walk prefetches it; the lookup proper
-    /// is `lookup_rcu_word`, which walks the chain again).
+    /// The first dentry on bucket `b`'s chain, inside the read section `g`
+    /// (a hint for the batched walk's prefetches).
     #[inline(always)]
     pub(crate) fn head_rcu<'g>(
         &self,
         g: &'g RcuGuard<'_>,
-        parent: *const Dentry,
-        hash: u32,
+        b: &AtomicPtr<Dentry>,
     ) -> Option<&'g Dentry> {
-        let p = untag(g.protect(self.bucket(parent, hash)));
-        // SAFETY: loaded through `g` from the table: a dentry removed since
-        // is freed only after the section ends (as in `lookup_rcu_word`).
+        debug_assert!(self.buckets.as_ptr_range().contains(&(b as *const _)));
+        let p = untag(g.protect(b));
+        // SAFETY: `b` is one of this table's buckets (every caller gets it
+        // from `bucket_for`), loaded through `g`: a dentry removed since is
+        // freed only after the section ends (as in `lookup_rcu_word`).
         unsafe { p.as_ref() }
     }
 

@@ -237,7 +237,8 @@ fn eacces_mid_walk_and_references_balance() {
     assert_eq!(out[3], Err(Errno::ENOENT));
     // Every count as after the same stats one at a time.
     let twin = Vfs::new(fs.clone()).unwrap();
-    for cred in [&user, &Cred::ROOT] {
+    let root = Cred::ROOT;
+    for cred in [&user, &root] {
         for p in paths {
             let _ = twin.as_cred(cred).stat(At::Root, p);
         }
@@ -289,4 +290,37 @@ fn relative_to_a_directory_and_across_vfs() {
         .unwrap();
     assert_eq!(out[0], Err(Errno::EXDEV));
     assert!(out[1].is_ok(), "an absolute path ignores the directory");
+}
+
+#[test]
+fn cached_paths_are_answered_in_rcu_mode() {
+    let fs = Arc::new(MemFs::new());
+    let mut paths = Vec::new();
+    for a in 0..6 {
+        for b in 0..6 {
+            fs.mkdir_p(&format!("d{a}/d{b}"), 0o755).unwrap();
+            for c in 0..6 {
+                let p = format!("d{a}/d{b}/f{c}");
+                fs.write_file(&p, b"").unwrap();
+                paths.push(p);
+            }
+        }
+    }
+    let vfs = Vfs::new(fs).unwrap();
+    let me = vfs.as_root();
+    for p in &paths {
+        me.stat(At::Root, p).unwrap();
+    }
+    let c = vfs.counters();
+    let (walks, unlazied, restarts) = (c.ref_walks(), c.unlazied(), c.restarts());
+    let mut out = vec![Err(Errno::EINVAL); paths.len()];
+    for _ in 0..3 {
+        me.stat_many(At::Root, &paths, &mut out).unwrap();
+        assert!(out.iter().all(|r| r.is_ok()));
+    }
+    assert_eq!(
+        (c.ref_walks(), c.unlazied(), c.restarts()),
+        (walks, unlazied, restarts),
+        "a cached path left rcu mode"
+    );
 }

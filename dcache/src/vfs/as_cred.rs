@@ -126,7 +126,7 @@ impl<'v> AsCred<'v, '_> {
     /// ```
     /// use std::sync::Arc;
     /// use dcache::fs::memfs::MemFs;
-    /// use dcache::{At, Errno, Vfs};
+    /// use dcache::{At, Errno, FileType, Vfs};
     ///
     /// let fs = Arc::new(MemFs::new());
     /// fs.mkdir_p("src", 0o755)?;
@@ -136,7 +136,7 @@ impl<'v> AsCred<'v, '_> {
     /// let mut out = [Err(Errno::EINVAL); 3];
     /// vfs.as_root().stat_many(At::Root, &paths, &mut out)?;
     /// assert_eq!(out[0].as_ref().unwrap().size, 12);
-    /// assert!(out[1].as_ref().unwrap().kind.is_dir());
+    /// assert_eq!(out[1].as_ref().unwrap().kind, FileType::Directory);
     /// assert_eq!(out[2], Err(Errno::ENOENT));
     /// # Ok::<(), Errno>(())
     /// ```

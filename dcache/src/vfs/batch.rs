@@ -49,8 +49,9 @@ use crate::cred::Cred;
 use crate::dentry::Dentry;
 use crate::errno::{Errno, Result};
 use crate::fs::Attr;
-use crate::prefetch::prefetch_lines;
+use crate::prefetch::{prefetch, prefetch_lines};
 use crate::rcu::RcuGuard;
+use crate::sync::AtomicPtr;
 
 /// Sets of lanes: a lane's next load is started a whole tick (every other
 /// set's work) before it is needed.
@@ -69,8 +70,10 @@ struct Lane<'v, 'g, 'c, 's> {
     /// The walk; `None` while the lane is idle.
     w: Option<RcuWalk<'v, 'g, 'c>>,
     one: OnePiece<'s>,
-    /// The next component (its bucket is prefetched).
+    /// The next component.
     comp: Scanned,
+    /// Its bucket (prefetched).
+    bucket: &'v AtomicPtr<Dentry>,
     /// The first dentry on that component's chain, once loaded.
     head: Option<&'g Dentry>,
     /// Which path of the chunk.
@@ -150,10 +153,13 @@ impl Vfs {
             late,
             next: 0,
         };
+        let table = &self.sb().table;
+        let idle = table.bucket_for(std::ptr::null(), 0);
         let mut lanes = stores.each_mut().map(|s| Lane {
             w: None,
             one: OnePiece::new(b"", s),
             comp: Scanned::default(),
+            bucket: idle,
             head: None,
             k: 0,
         });
@@ -161,18 +167,19 @@ impl Vfs {
         for l in lanes.iter_mut() {
             live += usize::from(feed.start(l));
         }
-        let table = &self.sb().table;
-        let mut tick = 0;
+        // Set s does phase (tick + s) % SETS; `first` is set 0's.
+        let mut first = 0;
         while live > 0 {
-            for (s, set) in lanes.chunks_mut(PER_SET).enumerate() {
-                match (tick + s) % SETS {
+            let mut phase = first;
+            for set in lanes.chunks_mut(PER_SET) {
+                match phase {
                     // The first dentry of each chain (its bucket was
                     // prefetched a tick ago; its lookup fields and inline
                     // name span two lines).
                     0 => {
                         for l in set.iter_mut() {
-                            if let Some(w) = &l.w {
-                                l.head = table.head_rcu(g, w.cur(), l.comp.hash);
+                            if l.w.is_some() {
+                                l.head = table.head_rcu(g, l.bucket);
                                 if let Some(d) = l.head {
                                     prefetch_lines(d, 2);
                                 }
@@ -207,8 +214,9 @@ impl Vfs {
                         }
                     }
                 }
+                phase = if phase + 1 == SETS { 0 } else { phase + 1 };
             }
-            tick += 1;
+            first = if first + 1 == SETS { 0 } else { first + 1 };
         }
     }
 }
@@ -229,11 +237,23 @@ struct Feed<'v, 'g, 'c, 'p, 'o, P> {
 }
 
 impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
-    /// The answer read inside the section: the final inode's attributes
-    /// (as `stat_rcu_in`'s, handed back only once validated).
+    /// The answer read inside the section: the final inode's attributes,
+    /// written straight into the path's slot `out` (as `stat_rcu_in` does:
+    /// no move of them through the walk's result). What it writes stands
+    /// only if the walk then validates it (`Walked::Rcu`); otherwise the
+    /// slot is written again with the answer of the ref-mode rest.
     #[inline(always)]
-    fn read(g: &'g RcuGuard<'g>) -> impl Fn(&'g Dentry) -> Option<Attr> + Copy + 'g {
-        move |dd| inode_of(g, dd)?.try_attr()
+    fn read<'o>(
+        g: &'g RcuGuard<'g>,
+        out: &'o mut Result<Attr>,
+    ) -> impl FnOnce(&'g Dentry) -> Option<()> + 'o
+    where
+        'g: 'o,
+    {
+        move |dd| {
+            *out = Ok(inode_of(g, dd)?.try_attr()?);
+            Some(())
+        }
     }
 
     /// Start the next path that needs a walk in lane `l` (answering the
@@ -265,13 +285,13 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
             let Some(comp) = l.one.next_scanned() else {
                 // No component ("/"): the walk ends where it starts.
                 let rest = l.one.rest_start();
-                let done = self
-                    .vfs
-                    .end_one(w, self.at, path, rest, Ok(None), Self::read(self.g));
+                let read = Self::read(self.g, &mut self.out[k]);
+                let done = self.vfs.end_one(w, self.at, path, rest, Ok(None), read);
                 put(&mut self.out[k], self.late, k, done);
                 continue;
             };
-            self.vfs.sb().table.prefetch_bucket(w.cur(), comp.hash);
+            l.bucket = self.vfs.sb().table.bucket_for(w.cur(), comp.hash);
+            prefetch(l.bucket);
             l.w = Some(w);
             l.comp = comp;
             l.head = None;
@@ -294,12 +314,10 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
             StatMode::RefFree,
             &mut a,
         );
-        let w = match w {
+        if let Walked::Rcu(()) = w {
             // SAFETY: an rcu-mode answer wrote the attributes.
-            Walked::Rcu(()) => Walked::Rcu(unsafe { a.assume_init() }),
-            Walked::Err(e) => Walked::Err(e),
-            Walked::Unlazied(w) => Walked::Unlazied(w),
-        };
+            self.out[k] = Ok(unsafe { a.assume_init() });
+        }
         put(&mut self.out[k], self.late, k, w);
     }
 
@@ -307,7 +325,7 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
     /// prefetched); false: its walk ended (answered, or left for ref mode)
     /// and the lane is idle.
     #[inline(always)]
-    fn step(&mut self, table: &crate::table::Table, l: &mut Lane<'v, 'g, 'c, '_>) -> bool {
+    fn step(&mut self, table: &'v crate::table::Table, l: &mut Lane<'v, 'g, 'c, '_>) -> bool {
         let Some(w) = &mut l.w else {
             return false;
         };
@@ -320,7 +338,8 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
                 Some(comp) => {
                     l.comp = comp;
                     l.head = None;
-                    table.prefetch_bucket(w.cur(), comp.hash);
+                    l.bucket = table.bucket_for(w.cur(), comp.hash);
+                    prefetch(l.bucket);
                     return true;
                 }
                 None => Ok(None),
@@ -332,25 +351,21 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
         };
         let k = l.k;
         let path = self.paths[k].as_ref();
-        let done = self.vfs.end_one(
-            w,
-            self.at,
-            path,
-            l.one.rest_start(),
-            ran,
-            Self::read(self.g),
-        );
+        let read = Self::read(self.g, &mut self.out[k]);
+        let done = self
+            .vfs
+            .end_one(w, self.at, path, l.one.rest_start(), ran, read);
         put(&mut self.out[k], self.late, k, done);
         false
     }
 }
 
-/// Record how path `k`'s walk ended: its answer, or its ref-mode rest for
-/// later.
+/// Record how path `k`'s walk ended: its error, or its ref-mode rest for
+/// later (an rcu-mode answer is already in `out`, see `Feed::read`).
 #[inline(always)]
-fn put<'v, 'p>(out: &mut Result<Attr>, late: &mut Late<'v, 'p>, k: usize, w: Walked<'v, 'p, Attr>) {
+fn put<'v, 'p>(out: &mut Result<Attr>, late: &mut Late<'v, 'p>, k: usize, w: Walked<'v, 'p, ()>) {
     match w {
-        Walked::Rcu(a) => *out = Ok(a),
+        Walked::Rcu(()) => {}
         Walked::Err(e) => *out = Err(e),
         Walked::Unlazied(w) => late.push((k, w)),
     }
