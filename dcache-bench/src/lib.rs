@@ -139,6 +139,7 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
         if !runs.is_empty() {
             let base = step.variants[0];
             tables.push_str(&report::summary_table(step.workload.name(), &runs, base));
+            tables.push_str(&report::lib_vs_kernel(&runs));
             tables.push('\n');
         }
         all.extend(runs);

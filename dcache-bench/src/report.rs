@@ -263,6 +263,47 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
     out
 }
 
+/// Lines comparing each `lib` run with the `kernel` run of the same
+/// threads (the first kernel variant run): nanoseconds per operation per
+/// thread, and lib/kernel both per wall-clock second and per CPU-second
+/// (`ops/s` over `cpu`: on a shared machine whose neighbours took the
+/// workers' CPUs for part of a run, the fairer of the two). Empty unless
+/// both targets ran.
+pub fn lib_vs_kernel(runs: &[RunResult]) -> String {
+    let mut out = String::new();
+    let per_cpu = |r: &RunResult| r.cpu_util.filter(|&u| u > 0.0).map(|u| r.ops_per_sec / u);
+    let ns = |v: f64, threads: usize| {
+        if v > 0.0 {
+            format!("{:.0} ns", 1e9 * threads.max(1) as f64 / v)
+        } else {
+            "-".to_string()
+        }
+    };
+    for lib in runs.iter().filter(|r| r.target == "lib") {
+        let Some(k) = runs.iter().find(|r| {
+            r.target == "kernel" && r.threads == lib.threads && r.workload == lib.workload
+        }) else {
+            continue;
+        };
+        let cpu_ratio = per_cpu(lib)
+            .zip(per_cpu(k))
+            .and_then(|(a, b)| ratio(a, b))
+            .map_or("-".to_string(), |v| format!("{v:.1}x"));
+        let _ = writeln!(
+            out,
+            "lib {} / kernel {} at {}t: {} ({} per CPU-second); per op per thread {} vs {}",
+            lib.variant,
+            k.variant,
+            lib.threads,
+            ratio(lib.ops_per_sec, k.ops_per_sec).map_or("-".to_string(), |v| format!("{v:.1}x")),
+            cpu_ratio,
+            ns(lib.ops_per_sec, lib.threads),
+            ns(k.ops_per_sec, k.threads),
+        );
+    }
+    out
+}
+
 /// Below this CPU share a run is flagged as disturbed.
 const STARVED: f64 = 0.9;
 
@@ -395,6 +436,28 @@ mod tests {
         assert!(lines[4].contains(" 50% "), "{t}");
         assert!(lines[3].contains(" - "), "{t}");
         assert!(lines[5].starts_with("note: 1 run(s)"), "{t}");
+    }
+
+    #[test]
+    fn lib_is_compared_with_the_kernel_at_the_same_threads() {
+        let mut runs = vec![
+            run("reffree", 1, 2e6),
+            run("batch", 1, 8e6),
+            run("syscall", 1, 5e5),
+        ];
+        runs[2].target = "kernel".into();
+        runs[1].cpu_util = Some(0.5);
+        runs[2].cpu_util = Some(1.0);
+        let t = lib_vs_kernel(&runs);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        assert!(
+            lines[0].starts_with("lib reffree / kernel syscall at 1t: 4.0x (- per"),
+            "{t}"
+        );
+        assert!(lines[0].ends_with("500 ns vs 2000 ns"), "{t}");
+        assert!(lines[1].contains(": 16.0x (32.0x per CPU-second)"), "{t}");
+        assert_eq!(lib_vs_kernel(&runs[..2]), "");
     }
 
     #[test]
