@@ -54,6 +54,7 @@ pub mod pahole;
 pub mod permission;
 mod rcu;
 pub(crate) mod seqcount;
+pub(crate) mod shard;
 pub(crate) mod slab;
 pub(crate) mod sync;
 mod table;

@@ -16,7 +16,11 @@ impl Tree {
 
         let mut opens = self.handles.recount()?;
         if self.handles.orphans() != self.orphans.len() {
-            return Err(format!("{} orphans counted, {} kept", self.handles.orphans(), self.orphans.len()));
+            return Err(format!(
+                "{} orphans counted, {} kept",
+                self.handles.orphans(),
+                self.orphans.len()
+            ));
         }
         let mut names: HashMap<Ino, u32> = HashMap::new();
         let mut pages = 0;
@@ -29,7 +33,10 @@ impl Tree {
                 return Err(format!("ino {ino} has no name and no handle but lives"));
             }
             if (inode.nlink == 0) != self.orphans.contains(&ino) {
-                return Err(format!("ino {ino}: nlink {} but orphan set says otherwise", inode.nlink));
+                return Err(format!(
+                    "ino {ino}: nlink {} but orphan set says otherwise",
+                    inode.nlink
+                ));
             }
             let Some(dir) = inode.dir() else { continue };
             dir.check().map_err(|e| format!("dir {ino}: {e}"))?;

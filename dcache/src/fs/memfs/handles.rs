@@ -81,6 +81,7 @@ const SLOT_BITS: u32 = 32 - SHARD_BITS;
 const IDLE_MAX: usize = 64;
 
 const _: () = assert!(SHARD_BITS + SLOT_BITS == 32);
+const _: () = assert!(MAX_SHARDS == 256); // crate::shard's most
 
 #[derive(Debug)]
 struct Slot {
@@ -174,21 +175,10 @@ fn make_fh(shard: usize, slot: u32, gen: u32) -> u64 {
     (u64::from(gen) << 32) | (u64::from(slot) << SHARD_BITS) | shard as u64
 }
 
-std::thread_local! {
-    /// This thread's shard number (before the modulo): threads take
-    /// numbers in turn, so up to `shards` threads each have their own.
-    static THREAD_SHARD: usize = {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        // Relaxed: only distinctness matters.
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    };
-}
-
 impl Handles {
     /// One shard per CPU (a power of two, at most 256).
     pub fn new() -> Handles {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_shards(cpus)
+        Self::with_shards(crate::shard::default_count())
     }
 
     /// `n` shards (rounded up to a power of two, 1..=256).
@@ -204,7 +194,7 @@ impl Handles {
 
     /// The calling thread's shard.
     pub fn this_shard(&self) -> usize {
-        THREAD_SHARD.with(|s| *s) & (self.shards.len() - 1)
+        crate::shard::this_thread(self.shards.len())
     }
 
     /// Open `ino` with `flags` in `shard` if that shard pins it already
