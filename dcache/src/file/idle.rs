@@ -125,3 +125,104 @@ impl<T: Send + Sync, L: Layout> FileRef<T, L> {
 }
 
 const _: () = assert!(size_of::<IdleFile<usize, super::Split>>() == 2 * size_of::<usize>());
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::file::{OpenParts, Packed, Split};
+    use crate::fs::Attr;
+    use crate::Errno;
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Default)]
+    struct CountFs {
+        releases: AtomicUsize,
+    }
+
+    impl FileSystem for CountFs {
+        fn root(&self) -> Ino {
+            1
+        }
+        fn lookup(&self, _dir: Ino, _name: &[u8]) -> Result<Option<Attr>> {
+            Ok(None)
+        }
+        fn getattr(&self, _ino: Ino) -> Result<Attr> {
+            Err(Errno::ENOENT)
+        }
+        fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
+            self.releases.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if fh == 13 {
+                return Err(Errno::EIO);
+            }
+            Ok(())
+        }
+    }
+
+    fn idle_cycle<L: Layout>() {
+        let fs: Arc<dyn FileSystem> = Arc::new(CountFs::default());
+        let counts = || {
+            let fs = Arc::as_ptr(&fs) as *const CountFs;
+            // SAFETY: `fs` is the CountFs made above, alive here.
+            unsafe { &*fs }.releases.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        let path = Arc::new(7u32);
+        let f = FileRef::<Arc<u32>, L>::open(OpenParts {
+            path: path.clone(),
+            fs: fs.clone(),
+            ino: 5,
+            fh: 13,
+            flags: libc::O_RDONLY,
+        });
+        let g = f.clone();
+        let (r, idle) = g.put_idle();
+        assert!(r.is_ok() && idle.is_none(), "not the last reference");
+        assert_eq!(counts(), 0);
+        let p = f.clone().into_raw();
+        // SAFETY: from `into_raw` just above, taken back once.
+        drop(unsafe { FileRef::<Arc<u32>, L>::from_raw(p) });
+        let (r, idle) = f.put_idle();
+        assert_eq!(r, Err(Errno::EIO), "release's answer");
+        assert_eq!(counts(), 1);
+        let idle = idle.expect("the last reference leaves the file idle");
+        assert_eq!(Arc::strong_count(&path), 2, "the path is still held");
+        assert_eq!(**idle.path(), 7);
+        // SAFETY: `fs` outlives the file (dropped at the end of the test).
+        let f = unsafe { idle.reopen_borrowing_fs(&fs, 6, 14, libc::O_RDWR, 0) };
+        assert_eq!(f.clone().into_raw(), p, "the same block");
+        // SAFETY: as above.
+        drop(unsafe { FileRef::<Arc<u32>, L>::from_raw(p) });
+        assert_eq!((f.count(), f.ino(), f.fh(), f.flags()), (1, 6, 14, libc::O_RDWR));
+        assert_eq!(f.mode() & FMODE_BORROWED_FS, FMODE_BORROWED_FS);
+        // The first file's counted f_op went when it fell idle; the new
+        // one borrows.
+        assert_eq!(Arc::strong_count(&fs), 1, "borrowed: no count taken");
+        let (r, idle) = f.put_idle();
+        assert!(r.is_ok());
+        assert_eq!(counts(), 2);
+        let idle = idle.unwrap();
+        assert_eq!(Arc::strong_count(&fs), 1);
+        assert_eq!(Arc::into_inner(idle.into_path()), None, "ours is left");
+        assert_eq!(Arc::strong_count(&path), 1, "the idle file's path went");
+        // And one simply dropped frees its block and its path.
+        let f = FileRef::<Arc<u32>, L>::open(OpenParts {
+            path: path.clone(),
+            fs: fs.clone(),
+            ino: 5,
+            fh: 1,
+            flags: libc::O_RDONLY,
+        });
+        drop(f.put_idle().1);
+        assert_eq!(Arc::strong_count(&path), 1);
+        assert_eq!(Arc::strong_count(&fs), 1, "the counted f_op was dropped");
+    }
+
+    #[test]
+    fn idle_file_split() {
+        idle_cycle::<Split>();
+    }
+
+    #[test]
+    fn idle_file_packed() {
+        idle_cycle::<Packed>();
+    }
+}
