@@ -196,7 +196,11 @@ fn put_idle_vs_put_idle() {
         r.unwrap();
         let theirs = closer.join().unwrap();
         assert_eq!(fs.releases.load(Ordering::SeqCst), 1);
-        assert_eq!(drops.load(Ordering::SeqCst), 0, "the idle file holds the path");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "the idle file holds the path"
+        );
         let idle = match (mine, theirs) {
             (Some(i), None) | (None, Some(i)) => i,
             _ => panic!("exactly one holder was last"),

@@ -150,7 +150,8 @@ mod tests {
             Err(Errno::ENOENT)
         }
         fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
-            self.releases.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.releases
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if fh == 13 {
                 return Err(Errno::EIO);
             }
@@ -163,7 +164,9 @@ mod tests {
         let counts = || {
             let fs = Arc::as_ptr(&fs) as *const CountFs;
             // SAFETY: `fs` is the CountFs made above, alive here.
-            unsafe { &*fs }.releases.load(std::sync::atomic::Ordering::SeqCst)
+            unsafe { &*fs }
+                .releases
+                .load(std::sync::atomic::Ordering::SeqCst)
         };
         let path = Arc::new(7u32);
         let f = FileRef::<Arc<u32>, L>::open(OpenParts {
@@ -191,7 +194,10 @@ mod tests {
         assert_eq!(f.clone().into_raw(), p, "the same block");
         // SAFETY: as above.
         drop(unsafe { FileRef::<Arc<u32>, L>::from_raw(p) });
-        assert_eq!((f.count(), f.ino(), f.fh(), f.flags()), (1, 6, 14, libc::O_RDWR));
+        assert_eq!(
+            (f.count(), f.ino(), f.fh(), f.flags()),
+            (1, 6, 14, libc::O_RDWR)
+        );
         assert_eq!(f.mode() & FMODE_BORROWED_FS, FMODE_BORROWED_FS);
         // The first file's counted f_op went when it fell idle; the new
         // one borrows.

@@ -215,8 +215,9 @@ impl Handles {
         // Checked before a pin is made, so a refused open leaves none.
         handle_for(ino, kind, flags)?;
         let mut s = self.shards[shard].lock_unpoisoned();
-        if !s.pins.contains_key(&ino) {
-            s.pins.insert(ino, Pin { opens: 0, kind });
+        let s = &mut *s;
+        if let std::collections::hash_map::Entry::Vacant(e) = s.pins.entry(ino) {
+            e.insert(Pin { opens: 0, kind });
             s.idle += 1;
         }
         let (slot, gen) = s.open(ino, flags)?;
