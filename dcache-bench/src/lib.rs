@@ -103,6 +103,9 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
     let mut all: Vec<RunResult> = Vec::new();
     let mut tables = String::new();
     let mut errors: Vec<String> = Vec::new();
+    // The why of a CPU-starved row is printed once, under the first table
+    // that has one.
+    let mut explained = false;
     for step in &plan.steps {
         let mut runs: Vec<RunResult> = Vec::new();
         for target in &step.targets {
@@ -138,7 +141,13 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
         }
         if !runs.is_empty() {
             let base = step.variants[0];
-            tables.push_str(&report::summary_table(step.workload.name(), &runs, base));
+            tables.push_str(&report::summary_table(
+                step.workload.name(),
+                &runs,
+                base,
+                !explained,
+            ));
+            explained |= runs.iter().any(report::starved);
             tables.push('\n');
         }
         all.extend(runs);
