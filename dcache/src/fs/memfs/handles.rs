@@ -97,11 +97,33 @@ struct Pin {
     kind: FileType,
 }
 
+/// Hashes an inode number with one multiply (Fibonacci hashing): the
+/// pins are looked up on every open and release, and SipHash's DoS
+/// resistance buys nothing for numbers memfs hands out itself.
+#[derive(Default)]
+struct InoHasher(u64);
+
+impl std::hash::Hasher for InoHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PinMap = HashMap<Ino, Pin, std::hash::BuildHasherDefault<InoHasher>>;
+
 #[derive(Debug, Default)]
 struct Shard {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    pins: HashMap<Ino, Pin>,
+    pins: PinMap,
     /// Pins with no open handle.
     idle: usize,
     /// Open handles.
@@ -112,7 +134,14 @@ impl Shard {
     /// Open one more handle on `ino` under the pin there is: its number's
     /// slot and generation.
     fn open(&mut self, ino: Ino, flags: i32) -> Result<(u32, u32)> {
-        let pin = self.pins.get_mut(&ino).ok_or(Errno::EIO)?;
+        self.open_if_pinned(ino, flags)?.ok_or(Errno::EIO)
+    }
+
+    /// As `open`, `Ok(None)` when the shard does not pin `ino`.
+    fn open_if_pinned(&mut self, ino: Ino, flags: i32) -> Result<Option<(u32, u32)>> {
+        let Some(pin) = self.pins.get_mut(&ino) else {
+            return Ok(None);
+        };
         let handle = handle_for(ino, pin.kind, flags)?;
         if pin.opens == u32::MAX {
             return Err(Errno::EMFILE);
@@ -135,7 +164,7 @@ impl Shard {
         self.open += 1;
         let s = &mut self.slots[slot as usize];
         s.handle = Some(handle);
-        Ok((slot, s.gen))
+        Ok(Some((slot, s.gen)))
     }
 
     fn get(&self, ino: Ino, slot: usize, gen: u32) -> Result<Handle> {
@@ -201,11 +230,8 @@ impl Handles {
     /// (the fast path: no tree lock); `Ok(None)` if it does not.
     pub fn open_pinned(&self, shard: usize, ino: Ino, flags: i32) -> Result<Option<u64>> {
         let mut s = self.shards[shard].lock_unpoisoned();
-        if !s.pins.contains_key(&ino) {
-            return Ok(None);
-        }
-        let (slot, gen) = s.open(ino, flags)?;
-        Ok(Some(make_fh(shard, slot, gen)))
+        let opened = s.open_if_pinned(ino, flags)?;
+        Ok(opened.map(|(slot, gen)| make_fh(shard, slot, gen)))
     }
 
     /// Open `ino`, of type `kind`, with `flags` in `shard`, pinning it
