@@ -281,6 +281,35 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str, explai
     out
 }
 
+/// The tour's last line: the README's headline ratio, the lib's cached
+/// `stat` (`reffree`) against the kernel's (`syscall`) at one thread, as
+/// the same user on both (`cred`, or whoever ran the tour). `None` without
+/// both runs.
+pub fn headline(runs: &[RunResult], cred: Option<(u32, u32)>) -> Option<String> {
+    let one = |target: &str, variant: &str| {
+        runs.iter()
+            .find(|r| r.target == target && r.variant == variant && r.threads == 1)
+    };
+    let (lib, kernel) = (one("lib", "reffree")?, one("kernel", "syscall")?);
+    let r = ratio(lib.ops_per_sec, kernel.ops_per_sec)?;
+    let who = match cred {
+        Some((u, _)) => format!("uid {u}"),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        None => format!("uid {}", unsafe { libc::geteuid() }),
+    };
+    let suspect = if starved(lib) || starved(kernel) {
+        " (suspect: cpu below 90%)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "lib/kernel, cached stat of a/b/c/file as {who} on both, 1 thread: {} / {} = {r:.1}x{suspect} \
+         (the README's headline row)",
+        si(lib.ops_per_sec),
+        si(kernel.ops_per_sec)
+    ))
+}
+
 /// Did the run's workers get less than [`STARVED`] of their CPUs?
 pub fn starved(r: &RunResult) -> bool {
     r.cpu_util.is_some_and(|u| u < STARVED)
@@ -433,6 +462,24 @@ mod tests {
             last,
             "note: cpu below 90% (suspect, see the first note): lib b 1t"
         );
+    }
+
+    #[test]
+    fn headline_is_lib_over_kernel_at_one_thread() {
+        let mut runs = vec![
+            run("reffree", 1, 9_000_000.0),
+            run("reffree", 2, 18_000_000.0),
+            run("syscall", 1, 600_000.0),
+        ];
+        runs[2].target = "kernel".into();
+        let h = headline(&runs, Some((65534, 65534))).unwrap();
+        assert!(h.contains("as uid 65534 on both"), "{h}");
+        assert!(h.contains("9.00M / 600.00k = 15.0x"), "{h}");
+        assert!(!h.contains("suspect"), "{h}");
+        runs[2].cpu_util = Some(0.5);
+        assert!(headline(&runs, None).unwrap().contains("suspect"));
+        runs.pop();
+        assert_eq!(headline(&runs, None), None);
     }
 
     #[test]
