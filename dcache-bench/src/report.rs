@@ -310,7 +310,7 @@ pub fn headline(runs: &[RunResult], cred: Option<(u32, u32)>) -> Option<String> 
     ))
 }
 
-/// Did the run's workers get less than [`STARVED`] of their CPUs?
+/// Did the run's workers get less than 90% of their CPUs?
 pub fn starved(r: &RunResult) -> bool {
     r.cpu_util.is_some_and(|u| u < STARVED)
 }
