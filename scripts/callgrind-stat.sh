@@ -25,7 +25,7 @@ valgrind --tool=callgrind --callgrind-out-file="$OUT" "$BIN" bench stat-same \
 FN='dcache::vfs::lookup::<impl dcache::vfs::Vfs>::stat_as'
 calls=$(awk -v pat="$FN\$" -f "$HERE/callgrind-count.awk" "$OUT" | sed -n 's/^calls: //p')
 ir=$(callgrind_annotate --inclusive=yes "$OUT" 2> /dev/null |
-  awk -v fn="$FN [" 'index($0, fn) { gsub(",", "", $1); print $1; exit }')
+  awk -v fn="$FN [" '!done && index($0, fn) { gsub(",", "", $1); print $1; done = 1 }')
 [ -n "$calls" ] && [ "$calls" -gt 1 ] && [ -n "$ir" ] || { echo "callgrind-stat: no calls of $FN in $OUT" >&2; exit 1; }
 echo "stat calls: $calls"
 echo "inclusive Ir: $ir"

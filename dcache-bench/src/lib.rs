@@ -103,8 +103,17 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
     let mut all: Vec<RunResult> = Vec::new();
     let mut tables = String::new();
     let mut errors: Vec<String> = Vec::new();
+    // The why of a CPU-starved row is printed once, under the first table
+    // that has one.
+    let mut explained = false;
+    let mut headline = None;
     for step in &plan.steps {
         let mut runs: Vec<RunResult> = Vec::new();
+        let step_options = step.cred.map(|cred| workload::Options {
+            cred: Some(cred),
+            ..plan.options.clone()
+        });
+        let options = step_options.as_ref().unwrap_or(&plan.options);
         for target in &step.targets {
             for variant in &step.variants_on(target) {
                 for &threads in &step.threads {
@@ -112,7 +121,7 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
                         target,
                         variant,
                         threads,
-                        options: &plan.options,
+                        options,
                     };
                     let out =
                         harness::run_case(step.workload, &spec, step.timing, &cpus, &progress);
@@ -138,14 +147,25 @@ pub fn run(req: &Request) -> Result<Vec<RunResult>, BenchError> {
         }
         if !runs.is_empty() {
             let base = step.variants[0];
-            tables.push_str(&report::summary_table(step.workload.name(), &runs, base));
+            let title = match options.cred {
+                Some((u, g)) => format!("{} (as {u}:{g})", step.workload.name()),
+                None => step.workload.name().to_string(),
+            };
+            tables.push_str(&report::summary_table(&title, &runs, base, !explained));
             tables.push_str(&report::lib_vs_kernel(&runs));
+            if plan.tour && step.workload.name() == "stat-same" {
+                headline = report::headline(&runs, options.cred);
+            }
+            explained |= runs.iter().any(report::starved);
             tables.push('\n');
         }
         all.extend(runs);
     }
     progress.finish();
     progress.println(&format!("\n{}", tables.trim_end()));
+    if let Some(h) = headline {
+        progress.println(&h);
+    }
 
     let label = match (&plan.tour, plan.steps.first()) {
         (false, Some(s)) => s.workload.name(),

@@ -32,7 +32,15 @@ pub struct TourStep {
     pub targets: &'static [&'static str],
     pub seconds: u64,
     pub warmup_ms: u64,
+    /// Run as another user (`--cred`) when the tour runs as root and no
+    /// `--cred` was given: the README's headline compares the lib and the
+    /// kernel as uid 65534, with every directory's search permission
+    /// checked. Run by another user the tour checks as that user anyway.
+    pub as_user: bool,
 }
+
+/// Who a tour step with `as_user` acts as (the README's `nobody`).
+pub const TOUR_CRED: (u32, u32) = (65534, 65534);
 
 /// The default tour. Every variant of each workload runs; threads default to
 /// the powers of two up to the CPU count, plus the CPU count.
@@ -42,30 +50,35 @@ pub const TOUR: &[TourStep] = &[
         targets: &["lib"],
         seconds: 2,
         warmup_ms: 500,
+        as_user: false,
     },
     TourStep {
         workload: "lockref-intruder",
         targets: &["lib"],
         seconds: 2,
         warmup_ms: 500,
+        as_user: false,
     },
     TourStep {
         workload: "lockref-herd",
         targets: &["lib"],
         seconds: 2,
         warmup_ms: 500,
+        as_user: false,
     },
     TourStep {
         workload: "stat-same",
         targets: &["lib", "kernel"],
         seconds: 2,
         warmup_ms: 500,
+        as_user: true,
     },
     TourStep {
         workload: "stat-missing",
         targets: &["lib", "kernel"],
         seconds: 2,
         warmup_ms: 500,
+        as_user: false,
     },
 ];
 
@@ -92,6 +105,9 @@ pub struct Step {
     pub variants: Vec<&'static str>,
     pub threads: Vec<usize>,
     pub timing: Timing,
+    /// This step acts as this user, over the plan's `--cred` (a tour step
+    /// with `as_user`).
+    pub cred: Option<(u32, u32)>,
 }
 
 impl Step {
@@ -227,6 +243,7 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
                         .map_or(Duration::from_secs(DEFAULT_WARMUP), Duration::from_secs_f64),
                     seconds: req.seconds.unwrap_or(DEFAULT_SECONDS),
                 },
+                cred: None,
             });
         }
         None => {
@@ -272,6 +289,8 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
                         },
                         seconds: req.seconds.unwrap_or(t.seconds),
                     },
+                    cred: (t.as_user && req.options.cred.is_none() && is_root())
+                        .then_some(TOUR_CRED),
                 });
             }
             for (flag, wanted, known) in [
@@ -317,6 +336,11 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
         plot: req.plot.clone(),
         options: req.options.clone(),
     })
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The tour's default thread counts: 1, 2, 4, ... up to `cpus`, and `cpus`.
@@ -464,6 +488,20 @@ mod tests {
         assert_eq!(tour_threads(2), vec![1, 2]);
         assert_eq!(tour_threads(6), vec![1, 2, 4, 6]);
         assert_eq!(tour_threads(16), vec![1, 2, 4, 8, 16]);
+    }
+
+    #[test]
+    fn the_tour_stats_as_nobody_when_root_and_never_over_cred() {
+        let p = plan(&req(None), 2).unwrap();
+        for s in &p.steps {
+            let want = (s.workload.name() == "stat-same" && is_root()).then_some(TOUR_CRED);
+            assert_eq!(s.cred, want, "{}", s.workload.name());
+        }
+        let mut r = req(None);
+        r.options.cred = Some((1, 1));
+        assert!(plan(&r, 2).unwrap().steps.iter().all(|s| s.cred.is_none()));
+        let named = plan(&req(Some("stat-same")), 2).unwrap();
+        assert_eq!(named.steps[0].cred, None);
     }
 
     #[test]

@@ -185,9 +185,14 @@ const COLUMNS: usize = 9;
 ///
 /// Besides the ratios: `min/thread` is the slowest thread's mean ops/s
 /// (fairness), `cpu` the share of the measured time the workers were
-/// actually on a CPU (below ~95% the machine was busy with something else
-/// and the numbers are suspect).
-pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> String {
+/// actually on a CPU (below 90% the machine was busy with something else
+/// and the numbers are suspect). Such a row's ops/s cell also shows its
+/// rate per CPU-second the workers did get, what the row would have done
+/// with its CPUs to itself if the work scaled. `explain`: end with the
+/// paragraph that says why a row can be short of CPU (a tour prints it
+/// once, under the first table that needs it); without it, one line
+/// naming the rows.
+pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str, explain: bool) -> String {
     let header = [
         "target".to_string(),
         "variant".to_string(),
@@ -203,11 +208,15 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
     for r in runs {
         let per_thread = r.ops_per_sec / r.threads.max(1) as f64;
         let fmt_x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+        let rate = match per_cpu_second(r) {
+            Some(v) if starved(r) => format!("{} ({}/cpu-s)", si(r.ops_per_sec), si(v)),
+            _ => si(r.ops_per_sec),
+        };
         rows.push([
             r.target.clone(),
             r.variant.clone(),
             r.threads.to_string(),
-            si(r.ops_per_sec),
+            rate,
             si(per_thread),
             mean_min(&r.per_second).map_or("-".to_string(), si),
             r.cpu_util
@@ -245,17 +254,26 @@ pub fn summary_table(title: &str, runs: &[RunResult], base_variant: &str) -> Str
     }
     let starved: Vec<String> = runs
         .iter()
-        .filter(|r| r.cpu_util.is_some_and(|u| u < STARVED))
+        .filter(|r| starved(r))
         .map(|r| format!("{} {} {}t", r.target, r.variant, r.threads))
         .collect();
-    if !starved.is_empty() {
+    if !starved.is_empty() && explain {
         let _ = writeln!(
             out,
             "note: {} run(s) had their CPUs less than {:.0}% of the time (cpu): {}. \
              Either another process competed, or the workload's own extra thread \
              (the lockref intruder, the FUSE daemon) shared the workers' CPUs because \
-             the workers filled them all; those numbers include that contention",
+             the workers filled them all; those numbers include that contention, and \
+             their ops/s cell adds the rate per CPU-second the workers got. Treat \
+             those rows as suspect",
             starved.len(),
+            STARVED * 100.0,
+            starved.join(", ")
+        );
+    } else if !starved.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: cpu below {:.0}% (suspect, see the first note): {}",
             STARVED * 100.0,
             starved.join(", ")
         );
@@ -302,6 +320,47 @@ pub fn lib_vs_kernel(runs: &[RunResult]) -> String {
         );
     }
     out
+}
+
+/// The tour's last line: the README's headline ratio, the lib's cached
+/// `stat` (`reffree`) against the kernel's (`syscall`) at one thread, as
+/// the same user on both (`cred`, or whoever ran the tour). `None` without
+/// both runs.
+pub fn headline(runs: &[RunResult], cred: Option<(u32, u32)>) -> Option<String> {
+    let one = |target: &str, variant: &str| {
+        runs.iter()
+            .find(|r| r.target == target && r.variant == variant && r.threads == 1)
+    };
+    let (lib, kernel) = (one("lib", "reffree")?, one("kernel", "syscall")?);
+    let r = ratio(lib.ops_per_sec, kernel.ops_per_sec)?;
+    let who = match cred {
+        Some((u, _)) => format!("uid {u}"),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        None => format!("uid {}", unsafe { libc::geteuid() }),
+    };
+    let suspect = if starved(lib) || starved(kernel) {
+        " (suspect: cpu below 90%)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "lib/kernel, cached stat of a/b/c/file as {who} on both, 1 thread: {} / {} = {r:.1}x{suspect} \
+         (the README's headline row)",
+        si(lib.ops_per_sec),
+        si(kernel.ops_per_sec)
+    ))
+}
+
+/// Did the run's workers get less than 90% of their CPUs?
+pub fn starved(r: &RunResult) -> bool {
+    r.cpu_util.is_some_and(|u| u < STARVED)
+}
+
+/// Operations per CPU-second the workers had: ops/s over (CPU share x
+/// threads).
+pub fn per_cpu_second(r: &RunResult) -> Option<f64> {
+    let cpu = r.cpu_util? * r.threads.max(1) as f64;
+    (cpu > 0.0).then(|| r.ops_per_sec / cpu)
 }
 
 /// Below this CPU share a run is flagged as disturbed.
@@ -426,16 +485,42 @@ mod tests {
     fn table_has_one_row_per_run_and_the_ratios() {
         let mut runs = vec![run("a", 1, 1000.0), run("b", 1, 500.0)];
         runs[1].cpu_util = Some(0.5);
-        let t = summary_table("w", &runs, "a");
+        let t = summary_table("w", &runs, "a", true);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "== w ==");
         assert!(lines[1].contains("vs a"));
         assert_eq!(lines.len(), 6);
-        assert!(lines[4].contains("500.00"));
+        assert!(lines[4].contains("500.00 (1.00k/cpu-s)"), "{t}");
         assert!(lines[4].ends_with("0.50x"));
         assert!(lines[4].contains(" 50% "), "{t}");
         assert!(lines[3].contains(" - "), "{t}");
+        assert!(!lines[3].contains("cpu-s"), "{t}");
         assert!(lines[5].starts_with("note: 1 run(s)"), "{t}");
+        // Once explained, a later table names the rows in one line.
+        let t = summary_table("w", &runs, "a", false);
+        let last = t.lines().last().unwrap();
+        assert_eq!(
+            last,
+            "note: cpu below 90% (suspect, see the first note): lib b 1t"
+        );
+    }
+
+    #[test]
+    fn headline_is_lib_over_kernel_at_one_thread() {
+        let mut runs = vec![
+            run("reffree", 1, 9_000_000.0),
+            run("reffree", 2, 18_000_000.0),
+            run("syscall", 1, 600_000.0),
+        ];
+        runs[2].target = "kernel".into();
+        let h = headline(&runs, Some((65534, 65534))).unwrap();
+        assert!(h.contains("as uid 65534 on both"), "{h}");
+        assert!(h.contains("9.00M / 600.00k = 15.0x"), "{h}");
+        assert!(!h.contains("suspect"), "{h}");
+        runs[2].cpu_util = Some(0.5);
+        assert!(headline(&runs, None).unwrap().contains("suspect"));
+        runs.pop();
+        assert_eq!(headline(&runs, None), None);
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub mod permission;
 pub(crate) mod prefetch;
 mod rcu;
 pub(crate) mod seqcount;
+pub(crate) mod shard;
 pub(crate) mod slab;
 pub(crate) mod sync;
 mod table;

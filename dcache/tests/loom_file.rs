@@ -168,3 +168,44 @@ fn put_vs_drop() {
         assert_eq!(drops.load(Ordering::SeqCst), 1);
     });
 }
+
+/// `put_idle` (what the Vfs's close does) racing another holder's
+/// `put_idle`: exactly one of them gets the idle file, the backend is
+/// released once, and the path is still held until the idle file goes.
+#[test]
+fn put_idle_vs_put_idle() {
+    loom::model(|| {
+        let fs = std::sync::Arc::new(CountFs {
+            releases: AtomicUsize::new(0),
+        });
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
+        let file = FileRef::<Path, Split>::open(OpenParts {
+            path: Path(drops.clone()),
+            fs: fs.clone(),
+            ino: 9,
+            fh: 0,
+            flags: libc::O_RDONLY,
+        });
+        let other = file.clone();
+        let closer = thread::spawn(move || {
+            let (r, idle) = other.put_idle();
+            r.unwrap();
+            idle
+        });
+        let (r, mine) = file.put_idle();
+        r.unwrap();
+        let theirs = closer.join().unwrap();
+        assert_eq!(fs.releases.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "the idle file holds the path"
+        );
+        let idle = match (mine, theirs) {
+            (Some(i), None) | (None, Some(i)) => i,
+            _ => panic!("exactly one holder was last"),
+        };
+        drop(idle);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    });
+}

@@ -94,6 +94,10 @@ pub trait FileRepr<T>: Send + Sync + Sized {
     fn fh(&self) -> u64;
     /// The `open(2)` flags.
     fn f_flags(&self) -> i32;
+    /// Take the path payload out, dropping the rest as `drop` would (a
+    /// file whose last reference went, kept for its path: see
+    /// [`IdleFile`](super::IdleFile)).
+    fn into_path(self) -> T;
 }
 
 /// A field placement for open files.
@@ -328,6 +332,18 @@ impl<T: Send + Sync> FileRepr<T> for SplitFile<T> {
     fn f_flags(&self) -> i32 {
         self.f_flags
     }
+    fn into_path(self) -> T {
+        let mut f = ManuallyDrop::new(self);
+        let mode = f.f_mode;
+        drop_f_op(&mut f.f_op, mode);
+        // SAFETY: `f` is never dropped, so each field is read or dropped
+        // here once: the path moved out, the hot part dropped in place
+        // (`f_op` just above; the rest are plain values).
+        unsafe {
+            std::ptr::drop_in_place(&mut f.hot);
+            std::ptr::read(&f.f_path)
+        }
+    }
 }
 
 #[cfg(any(test, feature = "experiments"))]
@@ -371,6 +387,20 @@ impl<T: Send + Sync> FileRepr<T> for PackedFile<T> {
     }
     fn f_flags(&self) -> i32 {
         self.f_flags
+    }
+    fn into_path(self) -> T {
+        let mut f = ManuallyDrop::new(self);
+        let mode = f.f_mode;
+        drop_f_op(&mut f.f_op, mode);
+        // SAFETY: `f` is never dropped, so each field is read or dropped
+        // here once: the path moved out, the lock and atomics dropped in
+        // place (`f_op` just above; the rest are plain values).
+        unsafe {
+            std::ptr::drop_in_place(&mut f.f_count);
+            std::ptr::drop_in_place(&mut f.f_pos_lock);
+            std::ptr::drop_in_place(&mut f.f_pos);
+            std::ptr::read(&f.f_path)
+        }
     }
 }
 

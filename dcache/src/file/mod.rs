@@ -14,6 +14,7 @@
 //! the benchmark's comparison (public with the `experiments` feature).
 
 mod fdtable;
+mod idle;
 mod layout;
 mod seek;
 
@@ -27,6 +28,7 @@ use crate::fs::{FileSystem, Ino};
 use crate::sync::{fence, LockExt, Ordering};
 
 pub use fdtable::{Fd, FdTable, DEFAULT_MAX_FDS, NR_OPEN};
+pub use idle::IdleFile;
 pub use layout::{
     type_layout, FileHot, FileRepr, Layout, LayoutInfo, NewFile, OpenParts, Split, SplitFile,
     HOT_FIELDS,
@@ -381,6 +383,14 @@ fn file_block<R>() -> std::alloc::Layout {
 
 /// Move `file` to a new block, `align_of::<R>()`-aligned.
 fn alloc_file<R>(file: R) -> NonNull<R> {
+    let p = alloc_block::<R>();
+    // SAFETY: a fresh block, sized and aligned for `R`, holding nothing.
+    unsafe { p.as_ptr().write(file) };
+    p
+}
+
+/// A new block for an `R`, `align_of::<R>()`-aligned, holding nothing yet.
+fn alloc_block<R>() -> NonNull<R> {
     let block = file_block::<R>();
     // SAFETY: the size is non-zero (it includes the alignment).
     let base = unsafe { std::alloc::alloc(block) };
@@ -396,14 +406,12 @@ fn alloc_file<R>(file: R) -> NonNull<R> {
         off
     };
     debug_assert!(off <= align_of::<R>() && off >= size_of::<usize>());
-    // SAFETY: `off + size_of::<R>()` is within the block (above), so both
-    // writes are in bounds; `p` is aligned for `R`, and the word before it
-    // (a multiple of the word size below an `R`-aligned address) for a
-    // pointer.
+    // SAFETY: `off + size_of::<R>()` is within the block (above), so the
+    // write is in bounds; the word before `p` (a multiple of the word size
+    // below an `R`-aligned address) is aligned for a pointer.
     unsafe {
         let p = base.add(off).cast::<R>();
         p.cast::<*mut u8>().sub(1).write(base);
-        p.write(file);
         NonNull::new_unchecked(p)
     }
 }
@@ -411,15 +419,29 @@ fn alloc_file<R>(file: R) -> NonNull<R> {
 /// Move the file at `p` out of its block and free the block.
 ///
 /// # Safety
-/// `p` came from `alloc_file::<R>`, and is not used again.
+/// `p` came from `alloc_file::<R>` (or `alloc_block` and was written
+/// since), holds a file, and is not used again.
 unsafe fn free_file<R>(p: NonNull<R>) -> R {
-    // SAFETY: `alloc_file` wrote the file at `p` and the block's start in
-    // the word before it; the block was allocated with `file_block::<R>()`.
+    // SAFETY: the caller's contract: a file lives at `p`, read out once,
+    // and the block is freed once, holding nothing any more.
+    unsafe {
+        let file = p.as_ptr().read();
+        free_block(p);
+        file
+    }
+}
+
+/// Free the block at `p`, which holds no file.
+///
+/// # Safety
+/// `p` came from `alloc_block::<R>`/`alloc_file::<R>`, holds no live
+/// file, and is not used again.
+unsafe fn free_block<R>(p: NonNull<R>) {
+    // SAFETY: `alloc_block` wrote the block's start in the word before
+    // `p`; the block was allocated with `file_block::<R>()`.
     unsafe {
         let base = p.as_ptr().cast::<*mut u8>().sub(1).read();
-        let file = p.as_ptr().read();
         std::alloc::dealloc(base, file_block::<R>());
-        file
     }
 }
 

@@ -229,6 +229,8 @@ pub(crate) fn d_instantiate(sb: &Super, d: &Dentry, attr: &Attr) {
 /// borrowed from that reference ([`DentryRef::inode`]) can outlive it.
 pub(crate) fn d_delete(sb: &Super, dref: DentryRef<'_>) {
     let d = dref.dentry();
+    // Idle files would keep the name from turning into a cached miss.
+    sb.filps.forget(d);
     let g = d.d_lockref.lock();
     if g.count() == 1 && d.flags() & D_HASHED != 0 {
         d.d_seq.write_begin();

@@ -19,6 +19,7 @@ mod as_cred;
 mod batch;
 pub(crate) mod dcache;
 mod fileops;
+mod filp;
 mod icache;
 mod invalidate;
 mod lookup;
@@ -191,6 +192,9 @@ pub(crate) struct Super {
     pub(crate) config: Config,
     /// Where reported changes underneath arrive (see `invalidate`).
     pub(crate) hub: Arc<invalidate::Hub>,
+    /// Files whose last reference went, kept per thread for the next open
+    /// of the same dentry (see `filp`).
+    pub(crate) filps: filp::FilpCache,
     /// Set once, right after the Super is placed at its final address (the
     /// root dentry points back to it); atomic so no `&mut Super` is ever
     /// needed, which would invalidate the `d_sb` pointers dentries hold.
@@ -488,6 +492,7 @@ impl Vfs {
             counters: Arc::new(Counters::default()),
             config,
             hub: Arc::new(invalidate::Hub::new()),
+            filps: filp::FilpCache::new(),
             root: AtomicPtr::new(std::ptr::null_mut()),
         });
         let sbp = Box::into_raw(sb);
@@ -586,6 +591,8 @@ impl Vfs {
     /// Free up to `n` unused dentries (negative ones first); returns how
     /// many were freed.
     pub fn shrink(&self, n: usize) -> usize {
+        // Idle files hold their dentries: let them go first.
+        self.sb().filps.flush();
         dcache::shrink(self.sb(), n, false)
     }
 }
@@ -594,6 +601,8 @@ impl Drop for Vfs {
     fn drop(&mut self) {
         // Reports from now on find nothing; one in progress ends first.
         self.sb().hub.detach();
+        // Idle files hold dentry references, which teardown requires gone.
+        self.sb().filps.flush();
         dcache::teardown(self.sb());
         // SAFETY: teardown freed every dentry and inode, retired ones
         // included (this Vfs's own collector ran every pending free), so

@@ -4,13 +4,16 @@
 //! credential, `O_CREAT`/`O_EXCL`/`O_TRUNC`, and the set-id bits a write or
 //! truncate by an unprivileged caller drops.
 
-use super::dcache::d_instantiate;
+use std::mem::ManuallyDrop;
+
+use super::dcache::{d_instantiate, sb_of};
+use super::namei::WalkFlags;
 use super::ops::is_dot_or_dotdot;
 use super::path::check_path;
-use super::{At, DentryRef, Vfs};
+use super::{At, DentryRef, Super, Vfs};
 use crate::cred::{Caps, Cred};
 use crate::errno::{Errno, Result};
-use crate::file::{FileRef, Split, SplitFile, FMODE_KILL_PRIV, FMODE_KILL_SGID};
+use crate::file::{FileRef, IdleFile, Split, SplitFile, FMODE_KILL_PRIV, FMODE_KILL_SGID};
 use crate::fs::{Ctx, FileSystem, FileType, Ino, SetAttr};
 use crate::inode::Inode;
 use crate::permission::{self, open_mask};
@@ -21,10 +24,35 @@ use crate::sync::RwLockExt;
 /// fields on the next) whose path is the dentry it was opened by, and
 /// whose `f_op` is the `Vfs`'s backend. `clone` is Linux's `get_file`
 /// (what `dup(2)` does to a descriptor's file); the backend's `release`
-/// runs exactly once, when the last reference is closed or dropped, and
-/// the dentry reference goes right after it.
+/// runs exactly once, when the last reference is closed or dropped. The
+/// file's memory and its dentry reference are then kept for the closing
+/// thread's next open of the same dentry (the Vfs's per-thread cache of
+/// idle files), or freed when it is given up as a bare file reference
+/// ([`OpenFile::into_file`]).
 #[derive(Clone)]
-pub struct OpenFile<'v>(FileRef<DentryRef<'v>, Split>);
+pub struct OpenFile<'v>(ManuallyDrop<FileRef<DentryRef<'v>, Split>>);
+
+impl Drop for OpenFile<'_> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once; the reference is not used again.
+        let f = unsafe { ManuallyDrop::take(&mut self.0) };
+        let _ = put_open(f);
+    }
+}
+
+/// Drop a reference to a Vfs file; the last one releases the backend and
+/// leaves the file idle in the closing thread's cache.
+fn put_open(f: FileRef<DentryRef<'_>, Split>) -> Result<()> {
+    let (r, idle) = f.put_idle();
+    if let Some(idle) = idle {
+        let sb: *const Super = sb_of(idle.path().dentry());
+        // SAFETY: the Super outlives the Vfs's dentries, and the Vfs lives
+        // at least as long as `idle`'s `DentryRef<'_>` borrows it, which is
+        // past this call.
+        unsafe { (*sb).filps.put(idle) };
+    }
+    r
+}
 
 impl<'v> OpenFile<'v> {
     /// The dentry the file was opened by.
@@ -52,7 +80,9 @@ impl<'v> OpenFile<'v> {
     ///
     /// [`FdTable`]: crate::file::FdTable
     pub fn into_file(self) -> FileRef<DentryRef<'v>, Split> {
-        self.0
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped: the reference moves out once.
+        unsafe { ManuallyDrop::take(&mut this.0) }
     }
     /// Is this the same open file as `other`?
     pub fn same_file(&self, other: &Self) -> bool {
@@ -87,13 +117,15 @@ impl<'v> OpenFile<'v> {
     /// Drop this reference; when it is the last, release the backend
     /// handle (its result is returned) and then the dentry reference.
     pub fn close(self) -> Result<()> {
-        self.0.put()
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped: the reference moves out once.
+        put_open(unsafe { ManuallyDrop::take(&mut this.0) })
     }
 
     /// The file's address, keeping this reference (a FUSE handle holds it
     /// as a number). Undo with [`OpenFile::from_raw`].
     pub fn into_raw(self) -> *mut SplitFile<DentryRef<'v>> {
-        self.0.into_raw()
+        self.into_file().into_raw()
     }
 
     /// Take back a reference given away by [`OpenFile::into_raw`].
@@ -103,7 +135,7 @@ impl<'v> OpenFile<'v> {
     /// outlives `'v`, and that reference is not taken back again.
     pub unsafe fn from_raw(p: *mut SplitFile<DentryRef<'v>>) -> Self {
         // SAFETY: the caller's contract is `FileRef::from_raw`'s.
-        OpenFile(unsafe { FileRef::from_raw(p) })
+        OpenFile(ManuallyDrop::new(unsafe { FileRef::from_raw(p) }))
     }
 }
 
@@ -145,6 +177,29 @@ pub(super) fn kill_priv(fs: &dyn FileSystem, inode: &Inode, outside_group: bool)
     }
 }
 
+/// Where an open file's dentry reference comes from: one the caller
+/// holds (cloned for the file), or an idle file's (taken over, with its
+/// memory).
+enum Src<'a, 'v> {
+    Ref(&'a DentryRef<'v>),
+    Idle(IdleFile<DentryRef<'v>, Split>),
+}
+
+impl<'v> Src<'_, 'v> {
+    fn dentry(&self) -> &DentryRef<'v> {
+        match self {
+            Src::Ref(d) => d,
+            Src::Idle(f) => f.path(),
+        }
+    }
+}
+
+/// What the walk of a plain open found inside its read section.
+enum Found<'v> {
+    Idle(IdleFile<DentryRef<'v>, Split>),
+    Ref(DentryRef<'v>),
+}
+
 impl Vfs {
     /// `openat(2)` on behalf of `cred`: search on the way, write and search
     /// on the directory to create a name, and read/write permission on an
@@ -164,12 +219,24 @@ impl Vfs {
             return self.tmpfile_as(cred, at, path, flags, perm, ctx);
         }
         let nofollow = flags & libc::O_NOFOLLOW != 0;
-        let (d, created) = if flags & libc::O_CREAT != 0 {
-            self.open_create(cred, at, path, flags, perm, ctx)?
-        } else {
+        if flags & libc::O_CREAT == 0 {
             check_path(path)?;
-            (self.lookup_as(cred, at, path, !nofollow)?, false)
-        };
+            // Inside the walk's read section: this thread's idle file on the
+            // dentry, whose reference pins it already (no write to the
+            // dentry's lockref), else a new reference.
+            let sb = self.sb();
+            let found = self.walk(cred, at, path, WalkFlags::follow(!nofollow), |d| {
+                match sb.filps.take(d) {
+                    Some(idle) => Some(Found::Idle(idle)),
+                    None => DentryRef::try_get(d).map(Found::Ref),
+                }
+            })?;
+            return match found {
+                Ok(Found::Idle(idle)) => self.open_src_as(cred, Src::Idle(idle), flags),
+                Ok(Found::Ref(d)) | Err(d) => self.open_dentry_as(cred, &d, flags),
+            };
+        }
+        let (d, created) = self.open_create(cred, at, path, flags, perm, ctx)?;
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL);
         if created {
             self.open_dentry(&d, flags & !libc::O_TRUNC)
@@ -222,7 +289,7 @@ impl Vfs {
         // SAFETY: as in `open_checked`: the Super owns `fs` until the Vfs
         // drops, and the file's path is a `DentryRef<'v>`.
         let f = unsafe { FileRef::open_borrowing_fs(d, fs, attr.ino, fh, flags, 0) };
-        Ok(OpenFile(f))
+        Ok(OpenFile(ManuallyDrop::new(f)))
     }
 
     /// The dentry to open and whether this call created it.
@@ -279,47 +346,86 @@ impl Vfs {
         flags: i32,
     ) -> Result<OpenFile<'v>> {
         self.check_owned(d.dentry())?;
-        let i = d.inode().ok_or(Errno::ENOENT)?;
-        open_type(i.kind(), flags)?;
-        if flags & libc::O_PATH == 0 {
-            self.inode_permission(cred, i, open_mask(flags))?;
-        }
-        let unprivileged = !cred.has(Caps::FSETID);
-        let kill = if unprivileged {
-            FMODE_KILL_PRIV
-                | if cred.in_group(i.perm().gid) {
-                    0
-                } else {
-                    FMODE_KILL_SGID
-                }
-        } else {
-            0
+        let src = match self.sb().filps.take(d.dentry()) {
+            Some(idle) => Src::Idle(idle),
+            None => Src::Ref(d),
         };
-        let f = self.open_checked(d, i, flags, kill)?;
-        // O_TRUNC truncates (handle_truncate), which drops set-id bits.
-        if unprivileged && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
-            kill_priv(&*self.sb().fs, i, kill & FMODE_KILL_SGID != 0);
-        }
-        Ok(f)
+        self.open_src_as(cred, src, flags)
     }
 
     /// Open a dentry the caller holds (FUSE open by node id), with the
     /// type checks and no permission check.
     pub(crate) fn open_dentry<'v>(&'v self, d: &DentryRef<'v>, flags: i32) -> Result<OpenFile<'v>> {
         self.check_owned(d.dentry())?;
-        let i = d.inode().ok_or(Errno::ENOENT)?;
-        open_type(i.kind(), flags)?;
-        self.open_checked(d, i, flags, 0)
+        let src = match self.sb().filps.take(d.dentry()) {
+            Some(idle) => Src::Idle(idle),
+            None => Src::Ref(d),
+        };
+        self.open_src(None, src, flags)
     }
 
-    /// The open itself, once the checks passed: O_TRUNC, then the backend.
-    fn open_checked<'v>(
+    /// `may_open` for `cred`, then the open.
+    fn open_src_as<'v>(
         &'v self,
-        d: &DentryRef<'v>,
-        i: &Inode,
+        cred: &Cred,
+        src: Src<'_, 'v>,
         flags: i32,
-        kill: u32,
     ) -> Result<OpenFile<'v>> {
+        self.open_src(Some(cred), src, flags)
+    }
+
+    /// The open of `src`'s dentry, permission-checked for `cred` if given:
+    /// the checks, O_TRUNC and the backend's open, then the file, built
+    /// in the idle file's memory when there is one. On failure an idle
+    /// file goes back to the cache.
+    fn open_src<'v>(
+        &'v self,
+        cred: Option<&Cred>,
+        src: Src<'_, 'v>,
+        flags: i32,
+    ) -> Result<OpenFile<'v>> {
+        let (ino, fh, extra) = match self.open_backend(cred, src.dentry(), flags) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Src::Idle(idle) = src {
+                    self.sb().filps.put(idle);
+                }
+                return Err(e);
+            }
+        };
+        let fs = &self.sb().fs;
+        // SAFETY: the Super owns `fs` until the Vfs drops, and the file's
+        // path is a `DentryRef<'v>`: no reference to the file outlives `'v`
+        // (`OpenFile::from_raw`'s contract covers a file held as a number).
+        let f = unsafe {
+            match src {
+                Src::Ref(d) => FileRef::open_borrowing_fs(d.clone(), fs, ino, fh, flags, extra),
+                Src::Idle(idle) => idle.reopen_borrowing_fs(fs, ino, fh, flags, extra),
+            }
+        };
+        Ok(OpenFile(ManuallyDrop::new(f)))
+    }
+
+    /// Everything of an open but the file: `may_open` (for `cred`, if
+    /// given), O_TRUNC, the backend's open. The inode, the backend's
+    /// handle and the extra `FMODE_*` bits.
+    fn open_backend(
+        &self,
+        cred: Option<&Cred>,
+        d: &DentryRef<'_>,
+        flags: i32,
+    ) -> Result<(Ino, u64, u32)> {
+        let i = d.inode().ok_or(Errno::ENOENT)?;
+        open_type(i.kind(), flags)?;
+        let mut unprivileged = false;
+        let mut outside_group = false;
+        if let Some(cred) = cred {
+            if flags & libc::O_PATH == 0 {
+                self.inode_permission(cred, i, open_mask(flags))?;
+            }
+            unprivileged = !cred.has(Caps::FSETID);
+            outside_group = unprivileged && !cred.in_group(i.perm().gid);
+        }
         // Linux truncates with O_RDONLY too (open checked write permission).
         if flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
             let set = SetAttr {
@@ -330,12 +436,16 @@ impl Vfs {
         }
         let sb = self.sb();
         let fh = super::dcache::fd_retry(sb, || sb.fs.open(i.ino, flags))?;
-        let fs = &self.sb().fs;
-        // SAFETY: the Super owns `fs` until the Vfs drops, and the file's
-        // path is a `DentryRef<'v>`: no reference to the file outlives `'v`
-        // (`OpenFile::from_raw`'s contract covers a file held as a number).
-        let f = unsafe { FileRef::open_borrowing_fs(d.clone(), fs, i.ino, fh, flags, kill) };
-        Ok(OpenFile(f))
+        // O_TRUNC truncates (handle_truncate), which drops set-id bits.
+        if unprivileged && flags & libc::O_TRUNC != 0 && i.kind() == FileType::Regular {
+            kill_priv(&*sb.fs, i, outside_group);
+        }
+        let extra = match (unprivileged, outside_group) {
+            (false, _) => 0,
+            (true, false) => FMODE_KILL_PRIV,
+            (true, true) => FMODE_KILL_PRIV | FMODE_KILL_SGID,
+        };
+        Ok((i.ino, fh, extra))
     }
 }
 

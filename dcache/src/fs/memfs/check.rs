@@ -14,6 +14,14 @@ impl Tree {
             _ => return Err("root is not a directory that is its own parent".into()),
         }
 
+        let mut opens = self.handles.recount()?;
+        if self.handles.orphans() != self.orphans.len() {
+            return Err(format!(
+                "{} orphans counted, {} kept",
+                self.handles.orphans(),
+                self.orphans.len()
+            ));
+        }
         let mut names: HashMap<Ino, u32> = HashMap::new();
         let mut pages = 0;
         for (&ino, inode) in &self.inodes {
@@ -21,8 +29,14 @@ impl Tree {
             if ino >= self.next_ino {
                 return Err(format!("ino {ino} not below the counter {}", self.next_ino));
             }
-            if inode.nlink == 0 && inode.opens == 0 {
+            if inode.nlink == 0 && !opens.contains_key(&ino) {
                 return Err(format!("ino {ino} has no name and no handle but lives"));
+            }
+            if (inode.nlink == 0) != self.orphans.contains(&ino) {
+                return Err(format!(
+                    "ino {ino}: nlink {} but orphan set says otherwise",
+                    inode.nlink
+                ));
             }
             let Some(dir) = inode.dir() else { continue };
             dir.check().map_err(|e| format!("dir {ino}: {e}"))?;
@@ -78,15 +92,8 @@ impl Tree {
             }
         }
 
-        let mut opens: HashMap<Ino, u32> = HashMap::new();
-        for h in self.handles.values() {
-            *opens.entry(h.ino).or_default() += 1;
-        }
-        for (&ino, inode) in &self.inodes {
-            let n = opens.remove(&ino).unwrap_or(0);
-            if inode.opens != n {
-                return Err(format!("ino {ino}: opens {} but {n} handles", inode.opens));
-            }
+        for &ino in self.inodes.keys() {
+            opens.remove(&ino);
         }
         if let Some(ino) = opens.keys().next() {
             return Err(format!("a handle points at freed ino {ino}"));

@@ -183,7 +183,6 @@ impl Tree {
             atime: now,
             mtime: now,
             ctime: now,
-            opens: 0,
             body: Body::File(FileData::default()),
             xattrs: Default::default(),
         };
@@ -199,6 +198,9 @@ impl Tree {
         if flags & libc::O_EXCL == 0 {
             self.linkable.insert(ino);
         }
+        // Born an orphan: the release of its last handle frees it.
+        self.orphans.insert(ino);
+        self.handles.orphan_added();
         Ok((self.getattr(ino)?, fh))
     }
 }

@@ -39,8 +39,6 @@ pub struct Inode {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
-    /// Open file handles; the inode outlives its last name while one is open.
-    pub opens: u32,
     /// Extended attributes (tmpfs keeps them in memory the same way).
     pub xattrs: Xattrs,
     pub body: Body,

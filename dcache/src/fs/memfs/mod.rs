@@ -6,7 +6,10 @@
 //! the errno tmpfs gives (see `tree.rs` and `rename.rs` for the check order).
 //!
 //! - **Locking.** One `RwLock` over the whole tree: reads (`lookup`,
-//!   `getattr`, `read`, `readdir`) share it, changes take it alone. The
+//!   `getattr`, `read`, `readdir`) share it, changes take it alone. Open
+//!   handles are kept apart, in per-thread shards (`handles.rs`): an open
+//!   without O_TRUNC of an inode the thread has opened before, and its
+//!   release, take no tree lock at all. The
 //!   dcache in front answers cached lookups and stats without calling in
 //!   here, so this lock is off the fast path. No lock is held while user
 //!   code runs: `readdir` copies a batch of entries out under the lock and
@@ -40,16 +43,18 @@ mod check;
 mod dir;
 mod file;
 mod fileops;
+mod handles;
 mod inode;
 mod rename;
 mod tree;
 mod xattr;
 
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::errno::{Errno, Result};
 use crate::fs::{Attr, Ctx, DirEntry, FileSystem, FileType, Ino, RenameFlags, SetAttr, StatFs};
 use crate::sync::RwLockExt;
+use handles::Handles;
 use tree::{Tree, ROOT};
 
 /// How many entries `readdir` copies out per lock hold.
@@ -96,6 +101,9 @@ impl Default for Limits {
 #[derive(Debug)]
 pub struct MemFs {
     tree: RwLock<Tree>,
+    /// The open handles, which `open` and `release` reach without the tree
+    /// lock when the calling thread's shard pins the inode (`handles.rs`).
+    handles: Arc<Handles>,
     /// Who the path helpers (`mkdir_p`, `write_file`) create files as.
     owner: Ctx,
 }
@@ -133,8 +141,10 @@ impl MemFs {
 
     /// An empty filesystem with the given root permissions and owner.
     pub fn with_root(perm: u16, uid: u32, gid: u32) -> MemFs {
+        let tree = Tree::new(perm, uid, gid, Limits::default());
         MemFs {
-            tree: RwLock::new(Tree::new(perm, uid, gid, Limits::default())),
+            handles: tree.handles.clone(),
+            tree: RwLock::new(tree),
             owner: Ctx { uid, gid },
         }
     }
@@ -223,7 +233,7 @@ impl MemFs {
 
     /// Open file handles not yet released.
     pub fn open_handles(&self) -> usize {
-        self.read_lock().handles.len()
+        self.handles.len()
     }
 
     /// Recount every link, subdirectory, handle and page and compare with
@@ -351,8 +361,20 @@ impl FileSystem for MemFs {
         self.write_lock().link(ino, newdir, newname)
     }
 
+    /// Without O_TRUNC, no tree write lock: the calling thread's shard
+    /// opens an inode it pins already with no shared write at all, and
+    /// pins a new one under the tree's read lock.
     fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
-        self.write_lock().open(ino, flags)
+        if flags & libc::O_TRUNC != 0 && flags & libc::O_PATH == 0 {
+            return self.write_lock().open(ino, flags);
+        }
+        let shard = self.handles.this_shard();
+        if let Some(fh) = self.handles.open_pinned(shard, ino, flags)? {
+            return Ok(fh);
+        }
+        let t = self.read_lock();
+        let kind = t.inode(ino)?.kind;
+        self.handles.open(shard, ino, kind, flags)
     }
 
     fn read(&self, ino: Ino, fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
@@ -364,7 +386,7 @@ impl FileSystem for MemFs {
     }
 
     fn flush(&self, ino: Ino, fh: u64) -> Result<()> {
-        self.read_lock().check_handle(ino, fh)
+        self.handles.get(ino, fh).map(|_| ())
     }
 
     /// tmpfs has no `->flush`: `close` does not come here (and so does not
@@ -379,11 +401,16 @@ impl FileSystem for MemFs {
     }
 
     fn fsync(&self, ino: Ino, fh: u64, _datasync: bool) -> Result<()> {
-        self.read_lock().check_handle(ino, fh)
+        self.handles.get(ino, fh).map(|_| ())
     }
 
+    /// The handle's shard only; the tree's write lock too when the inode
+    /// may have lost its last name and this was its last handle.
     fn release(&self, ino: Ino, fh: u64) -> Result<()> {
-        self.write_lock().release(ino, fh)
+        if self.handles.release(ino, fh)? {
+            self.write_lock().maybe_free(ino);
+        }
+        Ok(())
     }
 
     fn statfs(&self) -> Result<StatFs> {

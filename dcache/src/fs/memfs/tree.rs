@@ -1,11 +1,14 @@
-//! Everything memfs knows, kept behind the one lock: the inode table, the
-//! open handles and the space count. Each method checks every condition
-//! before it changes anything, so an error leaves the tree as it was.
+//! Everything memfs knows, kept behind the one lock: the inode table and
+//! the space count (the open handles have their own locks, `handles.rs`).
+//! Each method checks every condition before it changes anything, so an
+//! error leaves the tree as it was.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::dir::Dir;
 use super::file::{FileData, MAX_FILE_SIZE, PAGE};
+use super::handles::{handle_for, Handle, Handles};
 use super::inode::{Body, Inode, Xattrs};
 use super::Limits;
 use crate::errno::{Errno, Result};
@@ -17,21 +20,16 @@ use crate::permission;
 /// a number is never handed out twice.
 pub const ROOT: Ino = 1;
 
-/// What an open handle may do.
-#[derive(Debug)]
-pub(super) struct Handle {
-    pub ino: Ino,
-    pub read: bool,
-    pub write: bool,
-    pub append: bool,
-}
-
 #[derive(Debug)]
 pub struct Tree {
     pub(super) inodes: HashMap<Ino, Inode>,
     pub(super) next_ino: Ino,
-    pub(super) handles: HashMap<u64, Handle>,
-    pub(super) next_fh: u64,
+    /// The open handles (shared with `MemFs`, which opens and releases
+    /// through it without this lock).
+    pub(super) handles: Arc<Handles>,
+    /// Inodes with no name left but open handles (their count is
+    /// `Handles`' orphan count).
+    pub(super) orphans: HashSet<Ino>,
     pub(super) used_pages: u64,
     pub(super) max_pages: u64,
     pub(super) max_inodes: u64,
@@ -87,15 +85,14 @@ impl Tree {
             atime: now,
             mtime: now,
             ctime: now,
-            opens: 0,
             xattrs: Xattrs::default(),
             body: Body::Dir(Dir::new(ROOT)),
         };
         Tree {
             inodes: HashMap::from([(ROOT, root)]),
             next_ino: ROOT + 1,
-            handles: HashMap::new(),
-            next_fh: 1,
+            handles: Arc::new(Handles::new()),
+            orphans: HashSet::new(),
             used_pages: 0,
             max_pages: limits.max_bytes / PAGE as u64,
             max_inodes: limits.max_inodes,
@@ -129,15 +126,28 @@ impl Tree {
         Ok(dir)
     }
 
-    /// Free an inode nothing refers to any more: no name and no open handle.
+    /// Free an inode nothing refers to any more: no name and no open
+    /// handle. One with no name but handles becomes an orphan, which the
+    /// release of its last handle comes back here to free.
     pub(super) fn maybe_free(&mut self, ino: Ino) {
-        if let Some(inode) = self.inodes.get(&ino) {
-            if inode.nlink == 0 && inode.opens == 0 {
-                self.used_pages -= inode.pages();
-                self.inodes.remove(&ino);
-                self.linkable.remove(&ino);
-            }
+        let Some(inode) = self.inodes.get(&ino) else {
+            return;
+        };
+        if inode.nlink != 0 {
+            return;
         }
+        // Marked before the handles are asked (see `Handles::release`).
+        if self.orphans.insert(ino) {
+            self.handles.orphan_added();
+        }
+        if self.handles.busy_or_forget(ino) {
+            return;
+        }
+        self.used_pages -= inode.pages();
+        self.inodes.remove(&ino);
+        self.linkable.remove(&ino);
+        self.orphans.remove(&ino);
+        self.handles.orphan_freed();
     }
 
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
@@ -204,7 +214,6 @@ impl Tree {
             atime: now,
             mtime: now,
             ctime: now,
-            opens: 0,
             xattrs: Xattrs::default(),
             body,
         };
@@ -339,6 +348,10 @@ impl Tree {
         }
         let now = Timespec::now();
         self.linkable.remove(&ino);
+        // A named inode is no orphan: releases stop asking the tree for it.
+        if self.orphans.remove(&ino) {
+            self.handles.orphan_freed();
+        }
         self.dir_mut(newdir)?.insert(newname, ino);
         self.inode_mut(newdir)?.touch_modified(now);
         let t = self.inode_mut(ino)?;
@@ -405,63 +418,26 @@ impl Tree {
         Ok(inode.attr(ino))
     }
 
+    /// `open` with the tree's write lock: the path that truncates (the
+    /// others need only the read lock, `MemFs::open`).
     pub fn open(&mut self, ino: Ino, flags: i32) -> Result<u64> {
         let inode = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        let path_only = flags & libc::O_PATH != 0;
-        let acc = flags & libc::O_ACCMODE;
-        let (read, write) = match acc {
-            _ if path_only => (false, false),
-            libc::O_RDONLY => (true, false),
-            libc::O_WRONLY => (false, true),
-            libc::O_RDWR => (true, true),
-            // Access mode 3: permission checked for both, usable for neither.
-            _ => (false, false),
-        };
-        let trunc = !path_only && flags & libc::O_TRUNC != 0;
-        if flags & libc::O_DIRECTORY != 0 && !inode.is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        if !path_only {
-            match inode.kind {
-                FileType::Symlink => return Err(Errno::ELOOP),
-                FileType::Directory if acc != libc::O_RDONLY || trunc => return Err(Errno::EISDIR),
-                FileType::Socket => return Err(Errno(libc::ENXIO)),
-                _ => {}
-            }
-        }
-        if inode.opens == u32::MAX {
-            return Err(Errno::EMFILE);
-        }
+        let kind = inode.kind;
+        handle_for(ino, kind, flags)?;
+        let trunc = flags & libc::O_PATH == 0 && flags & libc::O_TRUNC != 0;
         if let (true, Body::File(f)) = (trunc, &mut inode.body) {
             if f.size() != 0 {
                 self.used_pages -= f.truncate(0);
                 inode.touch_modified(Timespec::now());
             }
         }
-        inode.opens += 1;
-        let fh = self.next_fh;
-        self.next_fh += 1;
-        let append = flags & libc::O_APPEND != 0;
-        let handle = Handle {
-            ino,
-            read,
-            write,
-            append,
-        };
-        self.handles.insert(fh, handle);
-        Ok(fh)
+        let shard = self.handles.this_shard();
+        self.handles.open(shard, ino, kind, flags)
     }
 
     /// The handle `fh`, which must have been opened on `ino`.
-    pub(super) fn handle(&self, ino: Ino, fh: u64) -> Result<&Handle> {
-        match self.handles.get(&fh) {
-            Some(h) if h.ino == ino => Ok(h),
-            _ => Err(Errno::EBADF),
-        }
-    }
-
-    pub fn check_handle(&self, ino: Ino, fh: u64) -> Result<()> {
-        self.handle(ino, fh).map(|_| ())
+    pub(super) fn handle(&self, ino: Ino, fh: u64) -> Result<Handle> {
+        self.handles.get(ino, fh)
     }
 
     pub fn read(&self, ino: Ino, fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
@@ -507,9 +483,7 @@ impl Tree {
     }
 
     pub fn release(&mut self, ino: Ino, fh: u64) -> Result<()> {
-        self.handle(ino, fh)?;
-        self.handles.remove(&fh);
-        self.inode_mut(ino)?.opens -= 1;
+        self.handles.release(ino, fh)?;
         self.maybe_free(ino);
         Ok(())
     }
