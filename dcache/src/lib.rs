@@ -52,7 +52,6 @@ pub mod layout;
 pub mod lockref;
 pub mod pahole;
 pub mod permission;
-pub(crate) mod prefetch;
 mod rcu;
 pub(crate) mod seqcount;
 pub(crate) mod shard;
