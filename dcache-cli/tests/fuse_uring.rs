@@ -15,18 +15,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use dcache_fuse::testing::{enable_uring, UringEnabled};
+use dcache_fuse::testing::uring_or_skip;
 use fuse_common::*;
-
-fn uring_or_skip(test: &str) -> Option<UringEnabled> {
-    match enable_uring() {
-        Ok(on) => Some(on),
-        Err(why) => {
-            eprintln!("SKIPPED {test}: FUSE over io_uring unavailable here ({why})");
-            None
-        }
-    }
-}
 
 /// The daemon's log line naming its transport (printed just after the
 /// mount appears).

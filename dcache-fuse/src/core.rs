@@ -209,20 +209,34 @@ impl FuseCore {
     /// backend refuses writing) on first use and closed when the kernel
     /// forgets the node, so the file's lifetime follows the kernel's.
     pub fn implicit_file(&self, id: NodeId) -> Result<Fh> {
+        let fh = self.nodes.implicit(id);
+        if fh != 0 {
+            // SAFETY: the node's implicit file stays open until the node is
+            // unpublished, which the kernel's hold on it for this request
+            // prevents (NodeId's contract).
+            return Ok(unsafe { Fh::from_kernel(fh) });
+        }
+        self.ensure_implicit(id.raw(), &*self.node(id)?)
+    }
+
+    /// Node `id`'s implicit file, opened on `d` (a dentry of its inode) if
+    /// it has none yet. ESTALE if the node is not published (the kernel
+    /// does not hold it: nothing to keep).
+    fn ensure_implicit(&self, id: u64, d: &DentryRef<'_>) -> Result<Fh> {
         loop {
-            let fh = self.nodes.implicit(id);
-            if fh != 0 {
-                // SAFETY: the node's implicit file stays open until the
-                // node is unpublished, which the kernel's hold on it for
-                // this request prevents (NodeId's contract).
-                return Ok(unsafe { Fh::from_kernel(fh) });
+            match self.nodes.implicit_of(id) {
+                None => return Err(Errno::ESTALE),
+                // SAFETY: as in `implicit_file`: open while published, and
+                // the caller's request (or the name it is removing) keeps
+                // the node published.
+                Some(fh) if fh != 0 => return Ok(unsafe { Fh::from_kernel(fh) }),
+                Some(_) => {}
             }
-            let d = self.node(id)?;
-            let fh = self.open_implicit(&d)?;
-            if self.nodes.set_implicit(id.raw(), fh.raw()) {
+            let fh = self.open_implicit(d)?;
+            if self.nodes.set_implicit(id, fh.raw()) {
                 return Ok(fh);
             }
-            // Another request set one first: ours goes, theirs serves.
+            // Another request set one first (or the node went): ours goes.
             self.release_file(fh)?;
         }
     }
@@ -257,16 +271,8 @@ impl FuseCore {
         if i.kind() != FileType::Regular {
             return;
         }
-        let id = self.ids.id(i.ino());
-        // Not held by the kernel (nothing to keep), or kept already.
-        if self.nodes.implicit_of(id) != Some(0) {
-            return;
-        }
-        if let Ok(fh) = self.open_implicit(&d) {
-            if !self.nodes.set_implicit(id, fh.raw()) {
-                let _ = self.release_file(fh);
-            }
-        }
+        // ESTALE: not held by the kernel, nothing to keep.
+        let _ = self.ensure_implicit(self.ids.id(i.ino()), &d);
     }
 
     /// A CREATE or TMPFILE opened `fh` on node `id`, but the kernel,
@@ -276,13 +282,7 @@ impl FuseCore {
     pub fn adopt_implicit(&self, id: u64, fh: Fh) {
         if let Ok(f) = self.file(fh) {
             let d = f.dentry().clone();
-            if self.nodes.implicit_of(id) == Some(0) {
-                if let Ok(own) = self.open_implicit(&d) {
-                    if !self.nodes.set_implicit(id, own.raw()) {
-                        let _ = self.release_file(own);
-                    }
-                }
-            }
+            let _ = self.ensure_implicit(id, &d);
         }
         let _ = self.release_file(fh);
     }
@@ -291,6 +291,11 @@ impl FuseCore {
     /// negotiated): I/O without a handle goes to the node's implicit file.
     pub fn set_no_open(&mut self) {
         self.no_open = true;
+    }
+
+    /// Whether [`set_no_open`](Self::set_no_open) was called.
+    pub fn no_open(&self) -> bool {
+        self.no_open
     }
 
     /// GETATTR: the node's attributes (cached unless the backend

@@ -73,8 +73,6 @@ pub struct DcacheFs {
     budget: budget::NodeBudget,
     /// Backing files for passthrough I/O.
     backing: backing::Backing,
-    /// The kernel opens files without asking (FUSE_NO_OPEN_SUPPORT).
-    no_open: bool,
     /// The kernel opens directories without asking.
     no_opendir: bool,
     /// FLUSH does nothing here: answered ENOSYS, so the kernel stops.
@@ -158,7 +156,6 @@ impl DcacheFs {
             umask_here: false,
             budget: budget::NodeBudget::new(),
             backing: backing::Backing::new(cfg.log),
-            no_open: false,
             no_opendir: false,
             no_flush: false,
             notifier: OnceLock::new(),
@@ -168,8 +165,7 @@ impl DcacheFs {
     /// The connection is up: backing files are registered on `dev`, and
     /// attribute changes the kernel cannot know of are told on it.
     pub fn connected(&self, dev: Arc<Dev>) {
-        let _ = self.notifier.set(Notifier::new(dev.clone()));
-        self.backing.set_dev(dev);
+        let _ = self.notifier.set(Notifier::new(dev));
     }
 
     /// Node `id`'s attributes changed in a way no reply tells the kernel
@@ -343,7 +339,7 @@ impl DcacheFs {
     /// An entry and an open file (CREATE, TMPFILE).
     fn reply_created(&self, out: &mut Out, r: Result<(Entry, Fh)>) {
         match r {
-            Ok((e, fh)) if self.no_open => {
+            Ok((e, fh)) if self.core.no_open() => {
                 // The kernel sends no RELEASE for files it has stopped
                 // opening through us, created ones included: the file
                 // becomes the node's own, and the reply names handle 0, as
@@ -365,7 +361,11 @@ impl DcacheFs {
     /// The OPEN reply for a file just opened as `fh`: with a backing file
     /// when passthrough I/O is on and the backend has one.
     fn open_out(&self, fh: Fh) -> abi::OpenOut {
-        match self.backing.open(&self.core, fh) {
+        let id = self
+            .notifier
+            .get()
+            .and_then(|n| self.backing.open(n.dev(), &self.core, fh));
+        match id {
             Some(id) => abi::OpenOut {
                 fh: fh.raw(),
                 open_flags: self.open_flags() | abi::FOPEN_PASSTHROUGH,
@@ -471,9 +471,8 @@ impl Handler for DcacheFs {
         self.no_flush = !backend.flush_on_close();
         // Ask only for what this kernel offers.
         let got = want & offered;
-        self.no_open = got & init::NO_OPEN_SUPPORT != 0;
         self.no_opendir = got & init::NO_OPENDIR_SUPPORT != 0;
-        if self.no_open {
+        if got & init::NO_OPEN_SUPPORT != 0 {
             self.core.set_no_open();
         }
         if got & init::PASSTHROUGH != 0 {

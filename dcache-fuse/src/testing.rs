@@ -152,6 +152,17 @@ pub struct UringEnabled(());
 static URING_HOLDERS: crate::sync::Mutex<(usize, Option<String>)> =
     crate::sync::Mutex::new((0, None));
 
+/// [`enable_uring`] for test `test`, or one `SKIPPED` line saying why not.
+pub fn uring_or_skip(test: &str) -> Option<UringEnabled> {
+    match enable_uring() {
+        Ok(on) => Some(on),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: FUSE over io_uring unavailable here ({why})");
+            None
+        }
+    }
+}
+
 /// Switch FUSE over io_uring on for this process's mounts (needs root and
 /// a kernel with the parameter: 6.14+, `CONFIG_FUSE_IO_URING`). `Err` is
 /// a one-line reason it is unavailable here.

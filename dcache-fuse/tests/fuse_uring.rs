@@ -13,18 +13,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use dcache_fuse::session::Transport;
-use dcache_fuse::testing::{enable_uring, TempMount, UringEnabled};
+use dcache_fuse::testing::{uring_or_skip, TempMount};
 use dcache_fuse::MountOptions;
-
-fn uring_or_skip(test: &str) -> Option<UringEnabled> {
-    match enable_uring() {
-        Ok(on) => Some(on),
-        Err(why) => {
-            eprintln!("SKIPPED {test}: FUSE over io_uring unavailable here ({why})");
-            None
-        }
-    }
-}
 
 fn mount(options: &MountOptions) -> TempMount {
     TempMount::memfs(options, |fs| {

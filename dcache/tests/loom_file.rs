@@ -143,23 +143,33 @@ impl Drop for Path {
     }
 }
 
+/// A file whose backend counts releases and whose path counts drops.
+fn counted_file() -> (
+    std::sync::Arc<CountFs>,
+    std::sync::Arc<AtomicUsize>,
+    FileRef<Path, Split>,
+) {
+    let fs = std::sync::Arc::new(CountFs {
+        releases: AtomicUsize::new(0),
+    });
+    let drops = std::sync::Arc::new(AtomicUsize::new(0));
+    let file = FileRef::open(OpenParts {
+        path: Path(drops.clone()),
+        fs: fs.clone(),
+        ino: 9,
+        fh: 0,
+        flags: libc::O_RDONLY,
+    });
+    (fs, drops, file)
+}
+
 /// An `OpenFile`'s close (`FileRef::put`) racing another holder's drop (a
 /// FUSE release against a dup's close): whichever is last releases, once,
 /// and the path goes with the file.
 #[test]
 fn put_vs_drop() {
     loom::model(|| {
-        let fs = std::sync::Arc::new(CountFs {
-            releases: AtomicUsize::new(0),
-        });
-        let drops = std::sync::Arc::new(AtomicUsize::new(0));
-        let file = FileRef::<Path, Split>::open(OpenParts {
-            path: Path(drops.clone()),
-            fs: fs.clone(),
-            ino: 9,
-            fh: 0,
-            flags: libc::O_RDONLY,
-        });
+        let (fs, drops, file) = counted_file();
         let other = file.clone();
         let closer = thread::spawn(move || other.put());
         drop(file);
@@ -175,17 +185,7 @@ fn put_vs_drop() {
 #[test]
 fn put_idle_vs_put_idle() {
     loom::model(|| {
-        let fs = std::sync::Arc::new(CountFs {
-            releases: AtomicUsize::new(0),
-        });
-        let drops = std::sync::Arc::new(AtomicUsize::new(0));
-        let file = FileRef::<Path, Split>::open(OpenParts {
-            path: Path(drops.clone()),
-            fs: fs.clone(),
-            ino: 9,
-            fh: 0,
-            flags: libc::O_RDONLY,
-        });
+        let (fs, drops, file) = counted_file();
         let other = file.clone();
         let closer = thread::spawn(move || {
             let (r, idle) = other.put_idle();

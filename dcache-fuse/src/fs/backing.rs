@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::core::FuseCore;
 use crate::handles::Fh;
@@ -26,11 +26,10 @@ struct State {
     by_fh: HashMap<u64, u64>,
 }
 
-/// The backing files of one mount.
+/// The backing files of one mount (registered on the connection the
+/// caller passes: the mount's own).
 #[derive(Default)]
 pub(crate) struct Backing {
-    /// The connection, set once mounted.
-    dev: OnceLock<Arc<Dev>>,
     /// Negotiated (FUSE_PASSTHROUGH) and not refused since.
     on: AtomicBool,
     log: bool,
@@ -46,30 +45,23 @@ impl Backing {
     }
 
     /// The kernel agreed to passthrough: files opened from now on may
-    /// use it once the connection is known.
+    /// use it.
     pub(crate) fn enable(&self) {
         // Relaxed: a switch read by later requests; no data rides on it.
         self.on.store(true, Ordering::Relaxed);
-    }
-
-    /// The connection to register backing files on.
-    pub(crate) fn set_dev(&self, dev: Arc<Dev>) {
-        let _ = self.dev.set(dev);
-    }
-
-    /// Whether files are being opened with backing files.
-    pub(crate) fn active(&self) -> bool {
-        // Relaxed: see `enable`.
-        self.on.load(Ordering::Relaxed) && self.dev.get().is_some()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The backing id for the file just opened as `fh`, if it gets one.
-    pub(crate) fn open(&self, core: &FuseCore, fh: Fh) -> Option<i32> {
-        let dev = self.dev.get().filter(|_| self.active())?;
+    /// The backing id for the file just opened as `fh`, if it gets one
+    /// (registered on `dev`).
+    pub(crate) fn open(&self, dev: &Dev, core: &FuseCore, fh: Fh) -> Option<i32> {
+        // Relaxed: see `enable`.
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
         let (ino, fd) = core.backing_file(fh).ok()??;
         let mut st = self.lock();
         let id = match st.by_ino.get_mut(&ino) {
@@ -97,9 +89,9 @@ impl Backing {
         Some(id)
     }
 
-    /// `fh` is being released: its inode's backing id goes with the last
-    /// file opened with it.
-    pub(crate) fn release(&self, fh: Fh) {
+    /// `fh` is being released: its inode's backing id goes (from `dev`)
+    /// with the last file opened with it.
+    pub(crate) fn release(&self, dev: &Dev, fh: Fh) {
         let mut st = self.lock();
         let Some(ino) = st.by_fh.remove(&fh.raw()) else {
             return;
@@ -113,9 +105,7 @@ impl Backing {
         };
         if let Some(id) = last {
             st.by_ino.remove(&ino);
-            if let Some(dev) = self.dev.get() {
-                let _ = dev.backing_close(id);
-            }
+            let _ = dev.backing_close(id);
         }
     }
 

@@ -114,7 +114,7 @@ impl DcacheFs {
                 self.stats.open_requests.add(1);
                 // ENOSYS: the kernel opens this mount's files without
                 // asking from now on (FUSE_NO_OPEN_SUPPORT).
-                if self.no_open {
+                if core.no_open() {
                     return out.error(libc::ENOSYS);
                 }
                 match core.open(&self.cred(h), node(id), o.flags as i32) {
@@ -177,7 +177,9 @@ impl DcacheFs {
                 // Handle 0 names no file of ours (a file the kernel opened
                 // without asking); nothing to close.
                 if r.fh != 0 {
-                    self.backing.release(handle(r.fh));
+                    if let Some(n) = self.notifier.get() {
+                        self.backing.release(n.dev(), handle(r.fh));
+                    }
                     empty(out, core.release_file(handle(r.fh)));
                 }
             }
@@ -300,7 +302,7 @@ impl DcacheFs {
         if fh != 0 {
             return Ok(handle(fh));
         }
-        if !self.no_open {
+        if !self.core.no_open() {
             return Err(dcache::errno::Errno::EBADF);
         }
         self.core.implicit_file(node(nodeid))

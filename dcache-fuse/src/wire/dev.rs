@@ -175,6 +175,11 @@ impl Notifier {
         Notifier { dev }
     }
 
+    /// The connection notifications go to.
+    pub fn dev(&self) -> &Dev {
+        &self.dev
+    }
+
     fn notify(&self, code: i32, rec: &[u8], name: &[u8]) -> io::Result<()> {
         let len = std::mem::size_of::<abi::OutHeader>() + rec.len() + name.len();
         let h = abi::OutHeader {

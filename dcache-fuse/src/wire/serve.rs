@@ -190,17 +190,32 @@ pub fn start<H: Handler>(
 impl Workers {
     /// Wait until every worker has seen the connection end.
     pub fn join(self) -> io::Result<()> {
-        let mut first = Ok(());
-        for t in self.threads {
-            let r = t
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("a FUSE worker panicked")));
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        join_all(self.threads, "a FUSE worker panicked")
     }
+}
+
+/// Wait for every thread; the first error any ended with (`panicked` for
+/// one that panicked).
+pub(crate) fn join_all(
+    threads: impl IntoIterator<Item = JoinHandle<io::Result<()>>>,
+    panicked: &str,
+) -> io::Result<()> {
+    first_error(
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(io::Error::other(panicked)))),
+    )
+}
+
+/// The first error of `results`, all of them consumed (`Ok` if none).
+pub(crate) fn first_error(results: impl Iterator<Item = io::Result<()>>) -> io::Result<()> {
+    // Every result is taken (a thread joined, a message received) even
+    // after an error: no short-circuit.
+    let mut first = Ok(());
+    for r in results {
+        first = first.and(r);
+    }
+    first
 }
 
 fn work<H: Handler>(dev: &Dev, handler: &H, access: Access) -> io::Result<()> {

@@ -12,8 +12,8 @@ use std::mem::{size_of, ManuallyDrop};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::{fmode_from_flags, free_block, FileRef, FileRepr, Layout, NewFile};
-use super::{PhantomData, FMODE_BORROWED_FS};
+use super::PhantomData;
+use super::{borrowing_parts, free_block, FileRef, FileRepr, Layout};
 use crate::errno::Result;
 use crate::fs::{FileSystem, Ino};
 use crate::sync::{fence, Ordering};
@@ -62,20 +62,11 @@ impl<T: Send + Sync, L: Layout> IdleFile<T, L> {
         flags: i32,
         extra: u32,
     ) -> FileRef<T, L> {
-        let mode = fmode_from_flags(flags) | extra | FMODE_BORROWED_FS;
-        // SAFETY: as in `open_borrowing_fs`: never dropped by the file
-        // (FMODE_BORROWED_FS), outlived by the count it borrows.
-        let fs = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(fs)) });
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so the path moves out once.
         let path = unsafe { ManuallyDrop::take(&mut this.path) };
-        let parts = NewFile {
-            path,
-            fs,
-            ino,
-            fh,
-            flags,
-        };
+        // SAFETY: the caller's contract is `borrowing_parts`'s.
+        let (parts, mode) = unsafe { borrowing_parts(path, fs, ino, fh, flags, extra) };
         let file = <L::Repr<T> as FileRepr<T>>::new(parts, mode);
         // SAFETY: the block is ours, sized and aligned for the file, and
         // holds none: the write does not overwrite a live value.
@@ -129,7 +120,7 @@ const _: () = assert!(size_of::<IdleFile<usize, super::Split>>() == 2 * size_of:
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::file::{OpenParts, Packed, Split};
+    use crate::file::{OpenParts, Packed, Split, FMODE_BORROWED_FS};
     use crate::fs::Attr;
     use crate::Errno;
     use std::sync::atomic::AtomicUsize;

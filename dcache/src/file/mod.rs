@@ -99,6 +99,34 @@ unsafe impl<T: Send + Sync, L: Layout> Send for FileRef<T, L> {}
 // SAFETY: as above; `&FileRef` only gives `&Repr<T>`.
 unsafe impl<T: Send + Sync, L: Layout> Sync for FileRef<T, L> {}
 
+/// The parts and `f_mode` of a file whose `f_op` borrows `fs`
+/// ([`FMODE_BORROWED_FS`]): an Arc that holds no count of its own, made
+/// straight into a ManuallyDrop, which the file never drops.
+///
+/// # Safety
+/// The count `fs` is outlives the file made from the parts.
+pub(crate) unsafe fn borrowing_parts<T>(
+    path: T,
+    fs: &Arc<dyn FileSystem>,
+    ino: Ino,
+    fh: u64,
+    flags: i32,
+    extra: u32,
+) -> (NewFile<T>, u32) {
+    let mode = fmode_from_flags(flags) | extra | FMODE_BORROWED_FS;
+    // SAFETY: never dropped by the file (FMODE_BORROWED_FS), and the count
+    // it borrows outlives the file (the caller's contract).
+    let fs = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(fs)) });
+    let parts = NewFile {
+        path,
+        fs,
+        ino,
+        fh,
+        flags,
+    };
+    (parts, mode)
+}
+
 impl<T: Send + Sync, L: Layout> FileRef<T, L> {
     /// A new open file with count 1, mode bits from `parts.flags`.
     pub fn open(parts: OpenParts<T>) -> Self {
@@ -134,18 +162,8 @@ impl<T: Send + Sync, L: Layout> FileRef<T, L> {
         flags: i32,
         extra: u32,
     ) -> Self {
-        let mode = fmode_from_flags(flags) | extra | FMODE_BORROWED_FS;
-        // SAFETY: an Arc that holds no count of its own, made straight into
-        // a ManuallyDrop: the file never drops it (FMODE_BORROWED_FS), and
-        // the count it borrows outlives the file (the caller's contract).
-        let fs = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(fs)) });
-        let parts = NewFile {
-            path,
-            fs,
-            ino,
-            fh,
-            flags,
-        };
+        // SAFETY: the caller's contract is `borrowing_parts`'s.
+        let (parts, mode) = unsafe { borrowing_parts(path, fs, ino, fh, flags, extra) };
         Self::from_new(parts, mode)
     }
 

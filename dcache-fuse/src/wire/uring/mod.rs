@@ -34,7 +34,7 @@ use io_uring::types;
 use super::dev::Dev;
 #[cfg(doc)]
 use super::serve::MAX_WRITE;
-use super::serve::{Access, Handler};
+use super::serve::{first_error, join_all, Access, Handler};
 
 /// Entries per queue unless the caller says otherwise (libfuse's default).
 pub const DEFAULT_DEPTH: usize = 8;
@@ -168,16 +168,10 @@ impl Rings {
             self.threads.push(t);
         }
         drop(tx);
-        let mut first = Ok(());
-        for _ in 0..n {
-            let r = rx
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("an io_uring queue thread died")));
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        first_error((0..n).map(|_| {
+            rx.recv()
+                .unwrap_or_else(|_| Err(io::Error::other("an io_uring queue thread died")))
+        }))
     }
 
     /// Queues serving.
@@ -207,16 +201,7 @@ impl Rings {
 
     /// Wait for every queue thread; the first error any ended with.
     pub fn join(self) -> io::Result<()> {
-        let mut first = Ok(());
-        for t in self.threads {
-            let r = t
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("an io_uring queue thread panicked")));
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        join_all(self.threads, "an io_uring queue thread panicked")
     }
 }
 
