@@ -87,7 +87,7 @@ fn operations(d: &Daemon) {
 
 #[test]
 fn memfs_over_io_uring() {
-    if !fuse_or_skip("memfs_over_io_uring") {
+    if !fuse_or_skip("memfs_over_io_uring") || skip_if_off("memfs_over_io_uring", "uring") {
         return;
     }
     let Some(_on) = uring_or_skip("memfs_over_io_uring") else {
@@ -103,7 +103,9 @@ fn memfs_over_io_uring() {
 
 #[test]
 fn passthrough_over_io_uring() {
-    if !fuse_or_skip("passthrough_over_io_uring") {
+    if !fuse_or_skip("passthrough_over_io_uring")
+        || skip_if_off("passthrough_over_io_uring", "uring")
+    {
         return;
     }
     let Some(_on) = uring_or_skip("passthrough_over_io_uring") else {

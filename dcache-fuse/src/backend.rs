@@ -10,8 +10,10 @@ use std::time::Instant;
 
 use dcache::fs::kernfs::{KernFs, ShowFn, StoreFn};
 use dcache::fs::memfs::MemFs;
-use dcache::fs::passthrough::Passthrough;
+use dcache::fs::passthrough::{Passthrough, PassthroughOptions};
 use dcache::fs::FileSystem;
+
+use crate::options::MountOptions;
 
 /// Makes a custom backend's file system; the error says why it cannot be
 /// served.
@@ -147,12 +149,22 @@ impl Backend {
     /// a generated kernfs tree, or whatever a custom backend's function
     /// makes); the error says why it cannot be served.
     pub fn build(&self) -> Result<Arc<dyn FileSystem>, String> {
+        self.build_with(&MountOptions::default())
+    }
+
+    /// [`build`](Self::build), with what the mount options say of the
+    /// backend (`-o no_file_handles`).
+    pub fn build_with(&self, options: &MountOptions) -> Result<Arc<dyn FileSystem>, String> {
         Ok(match self {
             Backend::Mem => Arc::new(MemFs::new()),
-            Backend::Passthrough(dir) => Arc::new(
-                Passthrough::new(dir)
-                    .map_err(|e| format!("cannot serve {}: {e}", dir.display()))?,
-            ),
+            Backend::Passthrough(dir) => {
+                let mut opts = PassthroughOptions::default();
+                opts.file_handles = options.file_handles;
+                Arc::new(
+                    Passthrough::with_options(dir, opts)
+                        .map_err(|e| format!("cannot serve {}: {e}", dir.display()))?,
+                )
+            }
             Backend::KernFs(v) => {
                 let fs = KernFs::for_variant(v).map_err(|e| format!("kernfs {v}: {e}"))?;
                 demo_tree(&fs).map_err(|e| format!("kernfs demo tree: {e}"))?;

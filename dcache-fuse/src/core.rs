@@ -27,7 +27,7 @@ use super::nodes::{Borrowed, IdMap, NodeId, Nodes};
 use super::stats::Stats;
 
 mod xattr;
-pub use self::xattr::{xattr_caps, xattr_cred, XattrReply};
+pub use self::xattr::{is_acl, xattr_caps, xattr_cred, XattrReply};
 
 /// A node for an entry reply: its id and attributes (`attr.ino == id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -52,6 +52,13 @@ pub struct FsConfig {
     /// The most nodes the kernel may hold before the daemon asks it to
     /// drop some (`-o max_nodes`, see `fs/budget.rs`); 0: no bound.
     pub max_nodes: usize,
+    /// Ask for zero-trip opens where they apply (`-o zero_trip_open`).
+    pub zero_trip_open: bool,
+    /// Ask for FUSE_POSIX_ACL / FUSE_DONT_MASK where the backend keeps
+    /// attributes (`-o posix_acl`).
+    pub posix_acl: bool,
+    /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`-o killpriv`).
+    pub killpriv: bool,
 }
 
 /// The FUSE filesystem: the request core plus per-mount behaviour.
@@ -69,6 +76,9 @@ pub struct DcacheFs {
     /// negotiated): creates carry the caller's umask, which the Vfs
     /// applies unless the directory has a default ACL.
     umask_here: bool,
+    /// The backend keeps POSIX ACLs but the kernel did not take
+    /// FUSE_POSIX_ACL: the mount offers none (see `core::is_acl`).
+    acls_hidden: bool,
     /// When the kernel may next be asked to drop nodes.
     budget: budget::NodeBudget,
     /// Backing files for passthrough I/O.
@@ -154,6 +164,7 @@ impl DcacheFs {
             poll: Arc::new(OnceLock::new()),
             inval,
             umask_here: false,
+            acls_hidden: false,
             budget: budget::NodeBudget::new(),
             backing: backing::Backing::new(cfg.log),
             no_opendir: false,
@@ -430,7 +441,7 @@ impl Handler for DcacheFs {
         // Only for a backend that keeps attributes: Linux gives a
         // filesystem without them no ACLs (and its kernel would fail every
         // check that reads one with the backend's EOPNOTSUPP).
-        if self.backend_has_acls() {
+        if self.cfg.posix_acl && self.backend_has_acls() {
             want |= init::POSIX_ACL | init::DONT_MASK;
         }
         // Passthrough I/O: only where the backend keeps host files, and not
@@ -447,7 +458,7 @@ impl Handler for DcacheFs {
         // goes to one the daemon keeps per node, for as long as the kernel
         // holds the node: `FuseCore::implicit_file`).
         let backend = self.core.vfs().backend();
-        if !self.cfg.check_permissions {
+        if self.cfg.zero_trip_open && !self.cfg.check_permissions {
             want |= init::NO_OPENDIR_SUPPORT;
             if !backend.needs_open() {
                 want |= init::NO_OPEN_SUPPORT;
@@ -460,7 +471,7 @@ impl Handler for DcacheFs {
         // S_ISGID only when group-executable). Not with passthrough I/O:
         // the kernel then writes the backing file itself and would leave
         // the dropping to a WRITE that never comes.
-        if want & offered & init::PASSTHROUGH == 0 {
+        if self.cfg.killpriv && want & offered & init::PASSTHROUGH == 0 {
             want |= init::HANDLE_KILLPRIV_V2;
         }
         // O_TRUNC in the OPEN rather than a SETATTR first (not with
@@ -492,6 +503,15 @@ impl Handler for DcacheFs {
         }
         let both = init::DONT_MASK | init::POSIX_ACL;
         self.umask_here = got & both == both;
+        self.acls_hidden = got & init::POSIX_ACL == 0 && self.backend_has_acls();
+        if self.cfg.log && self.acls_hidden {
+            let why = if self.cfg.posix_acl {
+                "the kernel does not offer FUSE_POSIX_ACL"
+            } else {
+                "-o no_posix_acl"
+            };
+            eprintln!("dcache: POSIX ACLs off ({why}): ACL attributes answer EOPNOTSUPP");
+        }
         got
     }
 

@@ -11,6 +11,10 @@
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `passthrough_io` / `no_passthrough_io` | the kernel does the I/O of passthrough's host files itself (FUSE passthrough, needs root; default on) |
+//! | `zero_trip_open` / `no_zero_trip_open` | let the kernel open files and directories without asking where nothing needs the open (FUSE_NO_OPEN_SUPPORT, FUSE_NO_OPENDIR_SUPPORT; default on, only with `default_permissions`) |
+//! | `posix_acl` / `no_posix_acl` | have the kernel check POSIX ACLs and leave the umask to the daemon (FUSE_POSIX_ACL, FUSE_DONT_MASK; default on for backends that keep attributes) |
+//! | `killpriv` / `no_killpriv` | have the kernel say who wrote or truncated, so set-id bits drop by Linux's rule (FUSE_HANDLE_KILLPRIV_V2; default on) |
+//! | `file_handles` / `no_file_handles` | passthrough names host inodes by file handles where the host allows (default on), or holds a descriptor per cached inode |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
@@ -39,6 +43,14 @@ direct_io               read and write around the page cache (default: kernfs)
 no_direct_io            use the page cache
 passthrough_io          the kernel reads and writes passthrough's host files itself (default, as root)
 no_passthrough_io       every read and write goes through the daemon
+zero_trip_open          the kernel opens without asking where nothing needs the open (default)
+no_zero_trip_open       every open and opendir is a request
+posix_acl               the kernel checks POSIX ACLs, the daemon applies the umask (default)
+no_posix_acl            neither (as on kernels without FUSE_POSIX_ACL)
+killpriv                set-id bits dropped by Linux's rule on writes by others (default)
+no_killpriv             the kernel's older rule (FUSE without HANDLE_KILLPRIV_V2)
+file_handles            passthrough names host inodes by file handles where it can (default)
+no_file_handles         passthrough holds a descriptor per cached inode
 max_threads=N           worker threads (default: one per CPU, 2 to 8)
 clone_fd                one /dev/fuse descriptor per worker (default)
 no_clone_fd             every worker reads one descriptor
@@ -131,6 +143,17 @@ pub struct MountOptions {
     /// Let the kernel do the I/O of files the backend keeps on a host
     /// filesystem (`passthrough_io`, default on; FUSE passthrough).
     pub passthrough_io: bool,
+    /// Ask for FUSE_NO_OPEN_SUPPORT / FUSE_NO_OPENDIR_SUPPORT where they
+    /// apply (`zero_trip_open`, default on).
+    pub zero_trip_open: bool,
+    /// Ask for FUSE_POSIX_ACL and FUSE_DONT_MASK where the backend keeps
+    /// attributes (`posix_acl`, default on).
+    pub posix_acl: bool,
+    /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`killpriv`, default on).
+    pub killpriv: bool,
+    /// The passthrough backend anchors inodes by file handles where the
+    /// host allows it (`file_handles`, default on).
+    pub file_handles: bool,
     /// Worker threads; 0 picks one per CPU (2 to 8).
     pub max_threads: usize,
     /// Unused dentries the cache keeps (`max_cached=N`, default
@@ -180,6 +203,10 @@ impl Default for MountOptions {
             readdirplus: true,
             direct_io: None,
             passthrough_io: true,
+            zero_trip_open: true,
+            posix_acl: true,
+            killpriv: true,
+            file_handles: true,
             max_threads: 0,
             max_cached: DEFAULT_MAX_CACHED,
             max_nodes: DEFAULT_MAX_NODES,
@@ -298,6 +325,14 @@ impl MountOptions {
                     "no_direct_io" => self.direct_io = Some(false),
                     "passthrough_io" => self.passthrough_io = true,
                     "no_passthrough_io" => self.passthrough_io = false,
+                    "zero_trip_open" => self.zero_trip_open = true,
+                    "no_zero_trip_open" => self.zero_trip_open = false,
+                    "posix_acl" => self.posix_acl = true,
+                    "no_posix_acl" => self.posix_acl = false,
+                    "killpriv" => self.killpriv = true,
+                    "no_killpriv" => self.killpriv = false,
+                    "file_handles" => self.file_handles = true,
+                    "no_file_handles" => self.file_handles = false,
                     "clone_fd" => self.clone_fd = true,
                     "no_clone_fd" => self.clone_fd = false,
                     "uring" => self.uring = Some(true),

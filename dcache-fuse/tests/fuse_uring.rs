@@ -186,6 +186,9 @@ fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
         check_permissions: false,
         log: false,
         max_nodes: 0,
+        zero_trip_open: true,
+        posix_acl: true,
+        killpriv: true,
     };
     let mut fs = DcacheFs::new(Vfs::new(Arc::new(MemFs::new())).unwrap(), cfg);
     let agreed = serve::handshake(&dev, &mut fs, true).unwrap();

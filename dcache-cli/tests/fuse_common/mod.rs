@@ -54,6 +54,32 @@ pub fn top_dev(dir: &Path) -> Option<String> {
         .and_then(|l| l.split(' ').nth(2).map(str::to_string))
 }
 
+/// The variable naming `-o` options every mount of these tests gets after
+/// its own (so they win): `scripts/compat-tests.sh` runs the suites with
+/// every negotiated feature off this way.
+pub const EXTRA_OPTIONS: &str = "DCACHE_TEST_MOUNT_OPTIONS";
+
+/// The options [`EXTRA_OPTIONS`] names, if any.
+pub fn extra_options() -> Option<String> {
+    std::env::var(EXTRA_OPTIONS).ok().filter(|s| !s.is_empty())
+}
+
+/// Whether [`EXTRA_OPTIONS`] switches `feature` off (`no_<feature>`):
+/// tests of that feature itself print a SKIPPED line then.
+pub fn switched_off(feature: &str) -> bool {
+    let off = format!("no_{feature}");
+    extra_options().is_some_and(|o| o.split(',').any(|x| x == off))
+}
+
+/// [`switched_off`], printing the SKIPPED line for `test` when it is.
+pub fn skip_if_off(test: &str, feature: &str) -> bool {
+    let off = switched_off(feature);
+    if off {
+        eprintln!("SKIPPED {test}: {EXTRA_OPTIONS} switches {feature} off");
+    }
+    off
+}
+
 /// Poll `cond` every 10 ms for at most `limit`.
 pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -145,6 +171,9 @@ impl Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcache"));
         cmd.args(["mount", "--backend", backend, "-f"]);
         cmd.args(args);
+        if let Some(extra) = extra_options() {
+            cmd.args(["-o", &extra]);
+        }
         cmd.arg(&mnt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

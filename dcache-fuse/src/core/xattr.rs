@@ -45,6 +45,14 @@ pub fn xattr_cred(uid: u32, gid: u32, pid: u32, check_permissions: bool) -> Cred
     Cred::of_task(uid, gid, pid, xattr_caps(uid, check_permissions))
 }
 
+/// Whether `name` is one of the POSIX ACL attributes. A mount whose kernel
+/// did not take FUSE_POSIX_ACL offers no ACLs: that kernel would neither
+/// check them (with `default_permissions`) nor leave the umask to the
+/// daemon, so ACLs stored there would not mean what they say.
+pub fn is_acl(name: &[u8]) -> bool {
+    name == xattr::POSIX_ACL_ACCESS || name == xattr::POSIX_ACL_DEFAULT
+}
+
 fn sized(data: Vec<u8>, size: u32) -> Result<XattrReply> {
     match xattr::fit(&data, size as usize)? {
         // A value is at most 64 KiB and a list is capped the same way.
@@ -63,10 +71,26 @@ impl FuseCore {
     }
 
     /// LISTXATTR: the names node `id` has that `cred` may see, for a
-    /// buffer of `size`.
-    pub fn listxattr(&self, cred: &Cred, id: NodeId, size: u32) -> Result<XattrReply> {
+    /// buffer of `size`; without the POSIX ACL names when `hide_acls` (a
+    /// mount that offers no ACLs, see [`is_acl`]).
+    pub fn listxattr(
+        &self,
+        cred: &Cred,
+        id: NodeId,
+        size: u32,
+        hide_acls: bool,
+    ) -> Result<XattrReply> {
         let n = self.node(id)?;
-        sized(self.vfs.as_cred(cred).listxattr_dentry(&n)?, size)
+        let mut list = self.vfs.as_cred(cred).listxattr_dentry(&n)?;
+        if hide_acls {
+            list = list
+                .split_inclusive(|&b| b == 0)
+                .filter(|name| !is_acl(name.strip_suffix(&[0]).unwrap_or(name)))
+                .flatten()
+                .copied()
+                .collect();
+        }
+        sized(list, size)
     }
 
     /// SETXATTR with `setxattr(2)`'s `flags`.

@@ -7,7 +7,7 @@ use dcache::permission::search_for_all;
 
 use super::{handle, node, secs, DcacheFs, GENERATION};
 use crate::attr::{dirent_type, file_attr, set_attr};
-use crate::core::{xattr_cred, XattrReply};
+use crate::core::{is_acl, xattr_cred, XattrReply};
 use crate::nodes::NodeId;
 use crate::wire::abi::{self, fattr};
 use crate::wire::serve::MAX_WRITE;
@@ -249,13 +249,22 @@ impl DcacheFs {
             }
             // Extended attributes (see `core::xattr`): a size of 0 asks for
             // the length, a short buffer is ERANGE.
+            // A mount without FUSE_POSIX_ACL offers no ACLs (`is_acl`).
+            Op::Getxattr { name, .. } | Op::Setxattr { name, .. } | Op::Removexattr { name }
+                if self.acls_hidden && is_acl(name) =>
+            {
+                out.error(libc::EOPNOTSUPP)
+            }
             Op::Getxattr { arg, name } => {
                 let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
                 xattr(out, core.getxattr(&cred, node(id), name, arg.size));
             }
             Op::Listxattr(arg) => {
                 let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
-                xattr(out, core.listxattr(&cred, node(id), arg.size));
+                xattr(
+                    out,
+                    core.listxattr(&cred, node(id), arg.size, self.acls_hidden),
+                );
             }
             Op::Setxattr { arg, name, value } => {
                 let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);

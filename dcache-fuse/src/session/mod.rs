@@ -88,6 +88,9 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         check_permissions: !options.default_permissions,
         log,
         max_nodes: options.max_nodes,
+        zero_trip_open: options.zero_trip_open,
+        posix_acl: options.posix_acl,
+        killpriv: options.killpriv,
     }
 }
 
@@ -144,7 +147,7 @@ type Started = (
 /// Build the backend, mount it on `at` and start the workers: everything
 /// `serve` does in the process that serves.
 fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
-    let backend = req.backend.build()?;
+    let backend = req.backend.build_with(&req.options)?;
     let vfs = Vfs::with_config(backend, req.options.vfs_config())
         .map_err(|e| format!("backend root: {e}"))?;
     let counters = vfs.counters();
