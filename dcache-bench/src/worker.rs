@@ -215,6 +215,25 @@ impl<'a> Worker<'a> {
         self.finish(start, cpu_start);
     }
 
+    /// As [`Worker::run`] for an `op` that does `per_call` operations at
+    /// once (a batch): each call counts `per_call`, and the iteration limit
+    /// is reached within one call.
+    #[inline(always)]
+    pub fn run_batch<R>(mut self, per_call: u64, mut op: impl FnMut() -> R) {
+        let (start, cpu_start) = self.start();
+        let slot = &self.shared.slots[self.index];
+        let stop = self.shared.stop;
+        let limit = self.shared.limit;
+        let mut n: u64 = 0;
+        while n < limit && !stop.is_set() {
+            black_box(op());
+            n += per_call.max(1);
+            // Relaxed: as in `run`.
+            slot.ops.store(n, Ordering::Relaxed);
+        }
+        self.finish(start, cpu_start);
+    }
+
     /// Wait for the start; returns the start instant and this thread's CPU
     /// time at it.
     #[inline(never)]

@@ -458,10 +458,15 @@ fn stat_random_reports_ops_and_bytes_per_path() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
     let cases: Vec<(&str, &str)> = lines.iter().map(|l| (l.1.as_str(), l.2.as_str())).collect();
-    assert_eq!(cases, [("lib", "reffree"), ("kernel", "syscall")], "{out}");
+    assert_eq!(
+        cases,
+        [("lib", "reffree"), ("lib", "batch"), ("kernel", "syscall")],
+        "{out}"
+    );
     assert!(lines.iter().all(|l| l.4[2] > 0), "{out}");
     for head in [
         "stat-random lib reffree 1t",
+        "stat-random lib batch 1t",
         "stat-random kernel syscall 1t",
     ] {
         let line = out
@@ -470,9 +475,21 @@ fn stat_random_reports_ops_and_bytes_per_path() {
             .unwrap_or_else(|| panic!("no memory line for {head}: {out}"));
         assert!(line.contains(" bytes per cached path ("), "{line}");
     }
+    // Each lib variant against the kernel, per path.
+    for variant in ["reffree", "batch"] {
+        let head = format!("lib {variant} / kernel syscall at 1t: ");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no lib/kernel line for {variant}: {out}"));
+        assert!(
+            line.contains(" per CPU-second); per op per thread "),
+            "{line}"
+        );
+    }
     let v = read_json(&json);
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2);
+    assert_eq!(runs.len(), 3);
     let lib = &runs[0]["memory"];
     assert_eq!(lib["paths"], 1000);
     assert_eq!(lib["source"], "rss");
@@ -484,8 +501,10 @@ fn stat_random_reports_ops_and_bytes_per_path() {
         "{lib}"
     );
     assert!(runs[0]["ops_per_sec"].as_f64().unwrap() > 0.0);
+    assert_eq!(runs[1]["variant"], "batch");
+    assert!(runs[1]["ops_per_sec"].as_f64().unwrap() > 0.0);
     // The kernel's slab figure is system-wide: only its presence is sure.
-    let k = &runs[1]["memory"];
+    let k = &runs[2]["memory"];
     assert_eq!(k["source"], "slab", "{k}");
     assert!(k["cache_bytes_per_path"].is_f64(), "{k}");
     // The kernel target's tree is gone again.

@@ -454,6 +454,27 @@ impl Dentry {
         self.d_parent.load(Ordering::Acquire)
     }
 
+    /// Whether this may be the dentry for a name hashing to `hash` in
+    /// `parent`: a hint for the batched walk's prefetches, which the
+    /// lookup proper decides again (unvalidated loads; the name is not
+    /// compared).
+    #[inline(always)]
+    pub(crate) fn hint_matches(&self, parent: &Dentry, hash: u32) -> bool {
+        // Relaxed: a hint, nothing is decided on it.
+        (self.d_hash_len.load(Ordering::Relaxed) >> 32) as u32 == hash
+            && std::ptr::eq(self.d_parent.load(Ordering::Relaxed), parent)
+    }
+
+    /// The next dentry on this one's hash chain, loaded inside the read
+    /// section `g` (a hint for the batched walk: a removed dentry keeps its
+    /// link, and is freed only a grace period after removal).
+    #[inline(always)]
+    pub(crate) fn hash_next_rcu<'g>(&'g self, g: &'g RcuGuard<'_>) -> Option<&'g Dentry> {
+        // SAFETY: protected by `g`: a chain member reachable when loaded is
+        // freed only after `g` ends; the result cannot outlive it.
+        unsafe { g.protect(&self.d_hash_next).as_ref() }
+    }
+
     /// The reference count (racy; for tests and diagnostics).
     pub fn count(&self) -> i32 {
         self.d_lockref.count()

@@ -163,6 +163,18 @@ impl Inode {
         }
     }
 
+    /// Start loading what a walk reads next (a hint, see
+    /// `crate::prefetch`): the mode word, which a step tests, and with
+    /// `attrs` every attribute word, which `stat` copies out.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, attrs: bool) {
+        crate::prefetch::prefetch(&self.i_mode);
+        if attrs {
+            crate::prefetch::prefetch(&self.attr[0]);
+            crate::prefetch::prefetch(&self.attr[ATTR_WORDS - 1]);
+        }
+    }
+
     /// The backend's inode number.
     pub fn ino(&self) -> Ino {
         self.ino

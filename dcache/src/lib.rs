@@ -52,6 +52,7 @@ pub mod layout;
 pub mod lockref;
 pub mod pahole;
 pub mod permission;
+pub(crate) mod prefetch;
 mod rcu;
 pub(crate) mod seqcount;
 pub(crate) mod shard;

@@ -41,7 +41,7 @@ const MIN_SLOTS: usize = 16;
 const MAX_CHUNK_BYTES: usize = HUGE_PAGE;
 
 /// x86-64's (and arm64's with 4 KiB pages) transparent huge page.
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Bytes a slab holds before its chunks are backed by huge pages.
 const HUGE_AFTER: usize = 64 << 20;
@@ -49,7 +49,7 @@ const HUGE_AFTER: usize = 64 << 20;
 /// Ask the kernel to back `len` bytes at `p` (huge-page aligned) with huge
 /// pages: a large cache's lookups then miss the TLB far less (see
 /// `docs/memory.md`). Only a hint; any failure is ignored.
-fn advise_huge(p: *mut u8, len: usize) {
+pub(crate) fn advise_huge(p: *mut u8, len: usize) {
     #[cfg(all(target_os = "linux", not(miri)))]
     // SAFETY: madvise only changes how the kernel backs the range, which is
     // a live allocation of ours; it never changes its contents.

@@ -21,9 +21,85 @@ use crate::sync::{spin_hint, yield_now, AtomicPtr, Ordering};
 const LOCK_BIT: usize = 1;
 
 pub(crate) struct Table {
+    #[cfg(not(loom))]
+    buckets: Buckets,
+    /// Under loom: loom's atomics, allocated and dropped the ordinary way.
+    #[cfg(loom)]
     buckets: Box<[AtomicPtr<Dentry>]>,
     mask: usize,
 }
+
+/// The bucket array in one allocation of its own: huge-page aligned and
+/// backed by huge pages once it spans one (at a million cached paths the
+/// table is 8-16 MiB, and every lookup's first load is a random bucket: with
+/// 4 KiB pages, nearly always a TLB miss too).
+#[cfg(not(loom))]
+struct Buckets {
+    ptr: std::ptr::NonNull<AtomicPtr<Dentry>>,
+    len: usize,
+    layout: std::alloc::Layout,
+}
+
+#[cfg(not(loom))]
+impl Buckets {
+    fn new(len: usize) -> Buckets {
+        use crate::slab::{advise_huge, HUGE_PAGE};
+        use std::alloc::{alloc, handle_alloc_error, Layout};
+        let bytes = len.max(1) * std::mem::size_of::<AtomicPtr<Dentry>>();
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            crate::cache_aligned::CACHE_LINE
+        };
+        let layout = Layout::from_size_align(bytes, align)
+            .unwrap_or_else(|_| handle_alloc_error(Layout::new::<usize>()));
+        // SAFETY: the layout's size is at least one pointer.
+        let p = unsafe { alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<AtomicPtr<Dentry>>()) else {
+            handle_alloc_error(layout)
+        };
+        // Before the first touch, so the kernel faults huge pages in.
+        if bytes >= HUGE_PAGE {
+            advise_huge(p, bytes / HUGE_PAGE * HUGE_PAGE);
+        }
+        for i in 0..len {
+            // SAFETY: i < len, inside the allocation just made (aligned for
+            // the element type: align >= 64); each slot written once.
+            unsafe {
+                ptr.as_ptr()
+                    .add(i)
+                    .write(AtomicPtr::new(std::ptr::null_mut()))
+            };
+        }
+        Buckets { ptr, len, layout }
+    }
+}
+
+#[cfg(not(loom))]
+impl std::ops::Deref for Buckets {
+    type Target = [AtomicPtr<Dentry>];
+    #[inline(always)]
+    fn deref(&self) -> &[AtomicPtr<Dentry>] {
+        // SAFETY: `len` initialised elements (`new`), alive until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Buckets {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once; the
+        // elements (atomic pointers) need no drop.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
+    }
+}
+
+// SAFETY: the array is atomics only, owned by the table.
+#[cfg(not(loom))]
+unsafe impl Send for Buckets {}
+// SAFETY: as above: shared access is through the atomics.
+#[cfg(not(loom))]
+unsafe impl Sync for Buckets {}
 
 /// What a lockless lookup found.
 pub(crate) enum RcuHit<'g> {
@@ -46,6 +122,9 @@ impl Table {
     pub(crate) fn with_capacity(capacity: usize) -> Table {
         let n = capacity.clamp(16, 1 << 26).next_power_of_two();
         Table {
+            #[cfg(not(loom))]
+            buckets: Buckets::new(n),
+            #[cfg(loom)]
             buckets: (0..n)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
@@ -81,6 +160,30 @@ impl Table {
         debug_assert!(i < self.buckets.len());
         // SAFETY: mask is len - 1 and len a power of two, so i < len.
         unsafe { self.buckets.get_unchecked(i) }
+    }
+
+    /// The bucket (parent, hash) falls in (the batched walk prefetches it
+    /// and loads its head; the lookup proper is `lookup_rcu_word`, which
+    /// finds the bucket again).
+    #[inline(always)]
+    pub(crate) fn bucket_for(&self, parent: *const Dentry, hash: u32) -> &AtomicPtr<Dentry> {
+        self.bucket(parent, hash)
+    }
+
+    /// The first dentry on bucket `b`'s chain, inside the read section `g`
+    /// (a hint for the batched walk's prefetches).
+    #[inline(always)]
+    pub(crate) fn head_rcu<'g>(
+        &self,
+        g: &'g RcuGuard<'_>,
+        b: &AtomicPtr<Dentry>,
+    ) -> Option<&'g Dentry> {
+        debug_assert!(self.buckets.as_ptr_range().contains(&(b as *const _)));
+        let p = untag(g.protect(b));
+        // SAFETY: `b` is one of this table's buckets (every caller gets it
+        // from `bucket_for`), loaded through `g`: a dentry removed since is
+        // freed only after the section ends (as in `lookup_rcu_word`).
+        unsafe { p.as_ref() }
     }
 
     /// Lockless lookup inside the read section `g`: a dentry found is

@@ -13,7 +13,10 @@
 //! choosing a path costs a few instructions and no cache miss.
 //!
 //! Targets: `lib` is dcache's `Vfs` over memfs (variant `reffree`, as in
-//! `stat-same`), with the table sized for every path and no shrinking;
+//! `stat-same`, one `stat` after another; variant `batch`, [`BATCH`] random
+//! paths per `AsCred::stat_many` call, whose walks overlap their cache
+//! misses, each path counted as one operation), with the table sized for
+//! every path and no shrinking;
 //! `kernel` is the same tree on tmpfs under /dev/shm (removed afterwards),
 //! stat'ed with `fstatat` relative to the tree's directory (variant
 //! `syscall`). Before measuring, every path is stat'ed once.
@@ -57,14 +60,14 @@ impl Workload for StatRandom {
         "stats uniformly random paths among --paths N (100000) cached dA/dB/dC/fD; prints bytes per cached path"
     }
     fn variants(&self) -> &'static [&'static str] {
-        &["reffree", "syscall"]
+        &["reffree", "batch", "syscall"]
     }
     fn targets(&self) -> &'static [&'static str] {
         &["lib", "kernel"]
     }
     fn variants_for(&self, target: &str) -> &'static [&'static str] {
         if target == "lib" {
-            &["reffree"]
+            &["reffree", "batch"]
         } else {
             &["syscall"]
         }
@@ -78,7 +81,8 @@ impl Workload for StatRandom {
         // The table is built before the first reading, so it is not counted.
         let paths = Paths::new(Shape::new(n));
         match (spec.target, spec.variant) {
-            ("lib", "reffree") => LibCase::new(paths).map(|c| Box::new(c) as Box<dyn Case>),
+            ("lib", "reffree") => LibCase::new(paths, false).map(|c| Box::new(c) as Box<dyn Case>),
+            ("lib", "batch") => LibCase::new(paths, true).map(|c| Box::new(c) as Box<dyn Case>),
             ("kernel", "syscall") => KernelCase::new(paths).map(|c| Box::new(c) as Box<dyn Case>),
             (t, v) => Err(format!("variant {v} does not run on target {t}")),
         }
@@ -277,14 +281,19 @@ fn rss_bytes() -> Option<i64> {
     proc_kib("/proc/self/status", "VmRSS:")
 }
 
+/// Paths per `stat_many` call in the `batch` variant.
+pub const BATCH: usize = 1024;
+
 struct LibCase {
     vfs: Vfs,
     paths: Paths,
     footprint: Option<Footprint>,
+    /// Variant `batch`: `BATCH` paths per call.
+    batch: bool,
 }
 
 impl LibCase {
-    fn new(paths: Paths) -> Result<LibCase, String> {
+    fn new(paths: Paths, batch: bool) -> Result<LibCase, String> {
         let shape = paths.shape;
         let rss0 = rss_bytes();
         let fs = Arc::new(MemFs::new().with_limits(Limits::UNLIMITED));
@@ -331,6 +340,7 @@ impl LibCase {
             vfs,
             paths,
             footprint,
+            batch,
         })
     }
 
@@ -341,10 +351,46 @@ impl LibCase {
             .stat_with(At::Root, self.paths.name(i), true, StatMode::RefFree)
             .map(|_| ())
     }
+
+    /// The `batch` variant's loop: `BATCH` random paths per call, the next
+    /// call's indices drawn and their table entries prefetched one call
+    /// ahead (as `random_loop` does one operation ahead).
+    fn batch_loop(&self, w: Worker<'_>) {
+        let paths = &self.paths;
+        let me = self.vfs.as_root();
+        let mut out = [Err(Errno::EINVAL); BATCH];
+        let first: [&[u8]; BATCH] = std::array::from_fn(|j| paths.name(j % paths.len()));
+        if let Err(e) = me.stat_many(At::Root, &first, &mut out) {
+            w.fail(format!("stat_many: {e}"));
+            return;
+        }
+        if let Some((j, Err(e))) = out.iter().enumerate().find(|(_, r)| r.is_err()) {
+            w.fail(format!("{}: {e}", paths.str(j % paths.len())));
+            return;
+        }
+        let mut rng = SplitMix::for_thread(w.index());
+        let n = paths.len();
+        let mut next = [0usize; BATCH];
+        for i in next.iter_mut() {
+            *i = rng.below(n);
+            paths.prefetch(*i);
+        }
+        w.run_batch(BATCH as u64, || {
+            let names: [&[u8]; BATCH] = std::array::from_fn(|j| paths.name(next[j]));
+            for i in next.iter_mut() {
+                *i = rng.below(n);
+                paths.prefetch(*i);
+            }
+            me.stat_many(At::Root, &names, &mut out)
+        })
+    }
 }
 
 impl Case for LibCase {
     fn worker(&self, w: Worker<'_>) {
+        if self.batch {
+            return self.batch_loop(w);
+        }
         if let Err(e) = self.once(0) {
             w.fail(format!("{}: {e}", self.paths.str(0)));
             return;

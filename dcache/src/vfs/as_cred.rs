@@ -115,6 +115,50 @@ impl<'v> AsCred<'v, '_> {
             .stat_as(self.cred, at, path.as_ref(), false, StatMode::RefFree)
     }
 
+    /// `stat(2)` of every path in `paths`, the answers in `out` in the
+    /// same order: what `stat` of each in turn would answer, from walks
+    /// interleaved [`LANES`](crate::vfs::LANES) at a time so that their
+    /// cache misses overlap (see the module `vfs::batch` in the sources).
+    /// Over a cache larger than the CPU's, several times the paths per
+    /// second of one `stat` after another. EINVAL (and `out` untouched)
+    /// unless `out` has one slot per path.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::fs::memfs::MemFs;
+    /// use dcache::{At, Errno, FileType, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("src", 0o755)?;
+    /// fs.write_file("src/main.rs", b"fn main() {}")?;
+    /// let vfs = Vfs::new(fs)?;
+    /// let paths = ["src/main.rs", "src", "src/lib.rs"];
+    /// let mut out = [Err(Errno::EINVAL); 3];
+    /// vfs.as_root().stat_many(At::Root, &paths, &mut out)?;
+    /// assert_eq!(out[0].as_ref().unwrap().size, 12);
+    /// assert_eq!(out[1].as_ref().unwrap().kind, FileType::Directory);
+    /// assert_eq!(out[2], Err(Errno::ENOENT));
+    /// # Ok::<(), Errno>(())
+    /// ```
+    pub fn stat_many<P: AsRef<[u8]>>(
+        &self,
+        at: At<'_>,
+        paths: &[P],
+        out: &mut [Result<Attr>],
+    ) -> Result<()> {
+        self.vfs.stat_many_as(self.cred, at, paths, true, out)
+    }
+
+    /// `lstat(2)` of every path in `paths`, as [`AsCred::stat_many`].
+    pub fn lstat_many<P: AsRef<[u8]>>(
+        &self,
+        at: At<'_>,
+        paths: &[P],
+        out: &mut [Result<Attr>],
+    ) -> Result<()> {
+        self.vfs.stat_many_as(self.cred, at, paths, false, out)
+    }
+
     /// `stat` with the choice of how the last component is handled (the
     /// benchmark's Linux-style lockref stat; `experiments` feature only).
     #[cfg(feature = "experiments")]

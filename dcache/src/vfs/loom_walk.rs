@@ -7,7 +7,9 @@
 //! from before a change that had completed when the walk started is a bug.
 //! rcu mode must answer alone in some interleavings (a walk that always
 //! fell back would pass the rest), and a fallback must go on where rcu mode
-//! stopped, not from the start, when nothing changed under it.
+//! stopped, not from the start, when nothing changed under it. The
+//! `loom_batch_` models run the batched walk (`AsCred::stat_many`) the same
+//! way.
 
 use std::sync::Arc as StdArc;
 
@@ -270,4 +272,59 @@ fn loom_walk_fallback_continues_where_rcu_stopped() {
     assert_eq!(t[By::Rcu as usize], 0, "p/x was never cached: {t:?}");
     assert_eq!(t[By::Restarted as usize], 0, "a walk started over: {t:?}");
     assert!(t[By::Unlazied as usize] > 0, "{t:?}");
+}
+
+/// `stat_many` of `path` and of p/f (two lanes, interleaved: the second
+/// lane's prefetch phases run between the first's), and how the batch was
+/// answered; the first lane's answer is checked. The walk's checks are the
+/// single walk's (`namei::step`, `RcuWalk::complete`, the unlazy), so
+/// these models are about the batch's own part: several walks in one read
+/// section, hints loaded from chains a writer is changing, lanes that stop
+/// going on in ref mode after the section.
+fn batch_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
+    let c = vfs.counters();
+    let (unlazied, restarts) = (c.unlazied(), c.restarts());
+    let mut out = [Err(Errno::EINVAL), Err(Errno::EINVAL)];
+    vfs.as_root()
+        .stat_many(At::Root, &[path, "p/f"], &mut out)
+        .unwrap();
+    let by = if c.restarts() > restarts {
+        By::Restarted
+    } else if c.unlazied() > unlazied {
+        By::Unlazied
+    } else {
+        By::Rcu
+    };
+    (out[0].map(|a| a.ino), by)
+}
+
+#[test]
+fn loom_batch_vs_unlink() {
+    rcu_answered(walk_vs(
+        batch_ino,
+        |vfs| vfs.as_root().unlink(At::Root, "p/f").unwrap(),
+        "p/f",
+        old_name_gone,
+    ));
+}
+
+#[test]
+fn loom_batch_vs_create_of_an_uncached_name() {
+    let t = walk_vs(
+        batch_ino,
+        |vfs| {
+            vfs.as_root().create(At::Root, "p/h", 0o644).unwrap();
+        },
+        "p/h",
+        |r, _f, after| {
+            if let Err(e) = r {
+                assert_eq!(e, Errno::ENOENT);
+                assert!(!after, "p/h missing after its create finished");
+            }
+        },
+    );
+    assert!(
+        t[By::Unlazied as usize] > 0,
+        "no walk went on from p: {t:?}"
+    );
 }

@@ -5,7 +5,8 @@
 //! unlazied to ref mode where it stops; `lookup_one`, one component with
 //! references; `path`, the path lexer; `dcache`, dentry lifetime — allocation, `dput`, kill,
 //! LRU, shrinking; `icache`, the inodes dentries share; `ops` and `open`, the namespace operations and open
-//! files; `as_cred`, the permission-checked [`AsCred`] handle; `section`,
+//! files; `as_cred`, the permission-checked [`AsCred`] handle; `batch`,
+//! many walks interleaved ([`AsCred::stat_many`]); `section`,
 //! [`ReadSection`]; `xattr`, extended attributes.
 //!
 //! Lock order (outermost first): the rename mutex, directory `i_rwsem`s (by
@@ -15,6 +16,7 @@
 
 mod acl;
 mod as_cred;
+mod batch;
 pub(crate) mod dcache;
 mod fileops;
 mod filp;
@@ -53,6 +55,7 @@ use crate::slab::Slab;
 use crate::table::Table;
 
 pub use as_cred::{AsCred, AT_EACCESS};
+pub use batch::LANES;
 pub use open::OpenFile;
 pub use section::{ReadSection, REFRESH_EVERY};
 

@@ -78,7 +78,7 @@ impl From<Errno> for Stop {
 }
 
 /// Where a step leaves the walk.
-enum Next<T> {
+pub(super) enum Next<T> {
     /// Go on with the next component.
     Go,
     /// Splice a symlink's target in before the rest of the path.
@@ -355,21 +355,51 @@ impl<'v, 'g, 'c> RcuWalk<'v, 'g, 'c> {
     #[inline(always)]
     fn run<S: CompSource>(&mut self, src: &mut S) -> std::result::Result<Option<&'g [u8]>, Stop> {
         while let Some(comp) = src.next_comp() {
-            match step(self, self.flags, &comp) {
-                Ok(Next::Go) => {}
-                Ok(Next::Link(target)) => match src.push_link(target) {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(Some(target)),
-                    Err(e) => return Err(Stop::Err(e)),
-                },
-                Err(Stop::Fallback) => {
-                    src.rewind();
-                    return Err(Stop::Fallback);
-                }
-                Err(e) => return Err(e),
+            let r = self.step(&comp);
+            if let Some(stopped) = Self::after_step(src, r) {
+                return stopped;
             }
         }
         Ok(None)
+    }
+
+    /// One component by the shared rules ([`step`]). The batched walk
+    /// (`vfs::batch`) calls this once per component, between its
+    /// prefetches; `run` calls it in a loop.
+    #[inline(always)]
+    pub(super) fn step(&mut self, comp: &Comp<'_>) -> std::result::Result<Next<&'g [u8]>, Stop> {
+        step(self, self.flags, comp)
+    }
+
+    /// What a step's result means for the walk over `src`: `None`, go on
+    /// with the next component; `Some(r)`, the walk stops with what `run`
+    /// returns (on a fallback, `src` rewound to the component that stopped
+    /// it).
+    #[inline(always)]
+    pub(super) fn after_step<S: CompSource>(
+        src: &mut S,
+        r: std::result::Result<Next<&'g [u8]>, Stop>,
+    ) -> Option<std::result::Result<Option<&'g [u8]>, Stop>> {
+        match r {
+            Ok(Next::Go) => None,
+            Ok(Next::Link(target)) => match src.push_link(target) {
+                Ok(true) => None,
+                Ok(false) => Some(Ok(Some(target))),
+                Err(e) => Some(Err(Stop::Err(e))),
+            },
+            Err(Stop::Fallback) => {
+                src.rewind();
+                Some(Err(Stop::Fallback))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The dentry the walk stands in (the directory the next component is
+    /// looked up in).
+    #[inline(always)]
+    pub(super) fn cur(&self) -> &'g Dentry {
+        self.cur
     }
 
     /// The walk's end: `read` the final dentry inside the section; its
@@ -593,6 +623,101 @@ impl Vfs {
             // same bytes of the caller's path as of the copy.
             Err(Stop::Fallback) => {
                 let rest = Components::new(&path[one.rest_start()..]);
+                w.unlazy_or_restart(self, at, path, rest)
+            }
+        }
+    }
+
+    /// An rcu-mode walk of `path` from `at` standing at its start, or
+    /// `None` when it cannot start: [`Vfs::rcu_not_started`] says why. The
+    /// batched walk's start; `walk_rcu` writes the same lines inline (going
+    /// through this costs its fast path a dozen instructions of moves, and
+    /// the cached stat is held to its instruction count).
+    #[inline(always)]
+    pub(super) fn rcu_start<'v, 'g, 'c>(
+        &'v self,
+        g: &'g RcuGuard<'_>,
+        cred: &'c Cred,
+        at: At<'g>,
+        path: &[u8],
+        flags: WalkFlags,
+    ) -> Option<RcuWalk<'v, 'g, 'c>>
+    where
+        'v: 'g,
+    {
+        let sb = self.sb();
+        // SAFETY: the root lives as long as the Vfs.
+        let root: &'g Dentry = unsafe { &*sb.root() };
+        let start: &'g Dentry = match at {
+            At::Dir(d) if path.first() != Some(&b'/') => {
+                if !self.owns(d) {
+                    return None;
+                }
+                d
+            }
+            _ => root,
+        };
+        let w = RcuWalk {
+            sb,
+            g,
+            cred,
+            root,
+            cur: start,
+            seq: start.d_seq.raw_begin(),
+            dotdot: false,
+            rename_seq: sb.rename_seq.raw_begin(),
+            flags,
+        };
+        if (w.seq | w.rename_seq) & 1 != 0 {
+            return None;
+        }
+        Some(w)
+    }
+
+    /// Why `rcu_start` could not start: EXDEV for another `Vfs`'s
+    /// directory, else the start was mid-change (a ref-mode restart).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn rcu_not_started<'v, 'p, R>(
+        &'v self,
+        at: At<'_>,
+        path: &'p [u8],
+    ) -> Walked<'v, 'p, R> {
+        match at {
+            At::Dir(d) if path.first() != Some(&b'/') && !self.owns(d) => Walked::Err(Errno::EXDEV),
+            _ => self.restart(at, path),
+        }
+    }
+
+    /// The end of an rcu walk over a [`OnePiece`] copy of `path`: `ran` is
+    /// what the walk returned (the batched walk's last `after_step`),
+    /// `rest_start` the source's `rest_start()` then. The batched walk's
+    /// end; `walk_rcu` matches the same cases inline, for the reason given
+    /// at `rcu_start`.
+    #[inline(always)]
+    pub(super) fn end_one<'v, 'g, 'p, R>(
+        &'v self,
+        mut w: RcuWalk<'v, 'g, '_>,
+        at: At<'_>,
+        path: &'p [u8],
+        rest_start: usize,
+        ran: std::result::Result<Option<&'g [u8]>, Stop>,
+        read: impl FnOnce(&'g Dentry) -> Option<R>,
+    ) -> Walked<'v, 'p, R> {
+        match ran {
+            Ok(None) => match w.complete(read) {
+                Some(r) => Walked::Rcu(r),
+                None => w.unlazy_or_restart(self, at, path, Components::new(&path[path.len()..])),
+            },
+            Ok(Some(target)) => {
+                let stopped = w.run_links(target, &path[rest_start..]);
+                self.finish_rcu(w, at, path, stopped, read)
+            }
+            Err(Stop::Err(e)) => Walked::Err(e),
+            // Continue in ref mode from the component that stopped it: the
+            // same bytes of the caller's path as of the copy.
+            Err(Stop::Fallback) => {
+                let rest = Components::new(&path[rest_start..]);
                 w.unlazy_or_restart(self, at, path, rest)
             }
         }

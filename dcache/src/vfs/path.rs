@@ -446,14 +446,18 @@ pub(crate) trait CompSource {
 pub(super) const FAST_PATH_MAX: usize = 240;
 /// Words of the padded copy: the path and at least 8 zero bytes after it.
 const PAD_WORDS: usize = FAST_PATH_MAX / 8 + 2;
+/// The storage a [`OnePiece`] copies its path into.
+pub(super) type PathCopy = MaybeUninit<[u64; PAD_WORDS]>;
 
 /// The common case: the components of one short path with no symlink to
 /// splice in, read from a copy followed by zero bytes. A path holds no NUL
 /// (`check_path`), so a zero byte is its end, and every 8-byte load is a
 /// plain unaligned load: no bounds checks and no special last word.
 pub(super) struct OnePiece<'a> {
-    /// The copy: `len` path bytes, then at least 8 zero bytes.
-    buf: &'a [u8],
+    /// The copy, in the caller's store: `len` path bytes, then at least 8
+    /// zero bytes (`copy` writes them; everything read is below
+    /// `len + 8`).
+    buf: *mut u8,
     len: usize,
     /// Where the next component's search starts (past the slashes after
     /// the last one).
@@ -462,6 +466,7 @@ pub(super) struct OnePiece<'a> {
     end: usize,
     /// Where the last component started.
     start: usize,
+    _store: PhantomData<&'a mut PathCopy>,
 }
 
 impl<'a> OnePiece<'a> {
@@ -469,28 +474,47 @@ impl<'a> OnePiece<'a> {
     /// Only the bytes the walk can read are written: the path and the
     /// words after it up to 8 zero bytes past its end.
     #[inline(always)]
-    pub(super) fn new(path: &[u8], store: &'a mut MaybeUninit<[u64; PAD_WORDS]>) -> OnePiece<'a> {
-        let n = path.len();
-        assert!(n <= FAST_PATH_MAX);
-        let words = store.as_mut_ptr().cast::<u64>();
-        // SAFETY: n / 8 + 1 < PAD_WORDS (n <= FAST_PATH_MAX), so both words
-        // are inside `store`; then the path's n bytes go over their start
-        // (the copy does not overlap `path`: store is our own buffer). The
-        // bytes [0, (n / 8 + 2) * 8) are now initialised, and every read
-        // stays below n + 8 <= that bound (see `byte`).
-        let buf = unsafe {
-            words.add(n / 8).write(0);
-            words.add(n / 8 + 1).write(0);
-            std::ptr::copy_nonoverlapping(path.as_ptr(), words.cast::<u8>(), n);
-            std::slice::from_raw_parts(words.cast::<u8>(), (n / 8 + 2) * 8)
-        };
-        OnePiece {
-            buf,
-            len: n,
+    pub(super) fn new(path: &[u8], store: &'a mut PathCopy) -> OnePiece<'a> {
+        let mut one = OnePiece {
+            buf: store.as_mut_ptr().cast::<u8>(),
+            len: 0,
             pos: 0,
             end: 0,
             start: 0,
+            _store: PhantomData,
+        };
+        one.copy(path);
+        one
+    }
+
+    /// Start over on another path (the batched walk reuses its lanes'
+    /// stores): as `new`, into the same store.
+    #[inline(always)]
+    pub(super) fn reset(&mut self, path: &[u8]) {
+        self.copy(path);
+        self.pos = 0;
+        self.end = 0;
+        self.start = 0;
+    }
+
+    #[inline(always)]
+    fn copy(&mut self, path: &[u8]) {
+        let n = path.len();
+        assert!(n <= FAST_PATH_MAX);
+        let words = self.buf.cast::<u64>();
+        // SAFETY: `buf` is the start of the store this borrows exclusively
+        // for 'a (a `PathCopy`, PAD_WORDS words, 8-aligned). n / 8 + 1 <
+        // PAD_WORDS (n <= FAST_PATH_MAX), so both words are inside it; then
+        // the path's n bytes go over their start (the copy does not overlap
+        // `path`: the store is our own). The bytes [0, (n / 8 + 2) * 8) are
+        // now initialised, and every read stays below n + 8 <= that bound
+        // (see `byte`).
+        unsafe {
+            words.add(n / 8).write(0);
+            words.add(n / 8 + 1).write(0);
+            std::ptr::copy_nonoverlapping(path.as_ptr(), self.buf, n);
         }
+        self.len = n;
     }
 
     /// Where the unwalked rest of the path starts: the last component's
@@ -504,23 +528,37 @@ impl<'a> OnePiece<'a> {
 
     #[inline(always)]
     fn byte(&self, i: usize) -> u8 {
-        debug_assert!(i < self.buf.len());
-        // SAFETY: callers stay within len + 8 < buf.len(): every scan stops
-        // at the first zero byte, and buf[len..len + 8] are zero.
-        unsafe { *self.buf.as_ptr().add(i) }
+        debug_assert!(i < (self.len / 8 + 2) * 8);
+        // SAFETY: callers stay within len + 8 (every scan stops at the
+        // first zero byte, and the 8 bytes from len are zero), inside the
+        // initialised part of the store (`copy`).
+        unsafe { *self.buf.add(i) }
     }
 
     #[inline(always)]
     fn word(&self, i: usize) -> u64 {
-        debug_assert!(i + 8 <= self.buf.len());
-        // SAFETY: as `byte`: i <= len, and buf extends 8 bytes past len.
-        u64::from_le(unsafe { self.buf.as_ptr().add(i).cast::<u64>().read_unaligned() })
+        debug_assert!(i + 8 <= (self.len / 8 + 2) * 8);
+        // SAFETY: as `byte`: i <= len, and the copy extends 8 bytes past len.
+        u64::from_le(unsafe { self.buf.add(i).cast::<u64>().read_unaligned() })
     }
 }
 
-impl CompSource for OnePiece<'_> {
+/// A component [`OnePiece`] scanned, kept across the phases of a batched
+/// walk (`vfs::batch`) until the walk takes its step: the name is the
+/// source's last component ([`OnePiece::comp`] rebuilds the [`Comp`]).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Scanned {
+    pub(super) hash: u32,
+    pub(super) first: u64,
+    last: bool,
+    must_dir: bool,
+}
+
+impl OnePiece<'_> {
+    /// Scan the next component (see [`CompSource::next_comp`]); its name
+    /// stays the source's last one until the next scan or `rewind`.
     #[inline(always)]
-    fn next_comp(&mut self) -> Option<Comp<'_>> {
+    pub(super) fn next_scanned(&mut self) -> Option<Scanned> {
         let mut pos = self.pos;
         while self.byte(pos) == b'/' {
             pos += 1;
@@ -547,16 +585,44 @@ impl CompSource for OnePiece<'_> {
         self.end = end;
         let last = pos >= self.len;
         debug_assert!(start < end && end <= self.len);
-        // SAFETY: start < end <= len <= buf.len() (the scan stops at the
-        // zero byte at len at the latest).
-        let name = unsafe { self.buf.get_unchecked(start..end) };
-        Some(Comp {
-            name,
-            last,
-            must_dir: last && end < self.len,
+        Some(Scanned {
             hash,
             first,
+            last,
+            must_dir: last && end < self.len,
         })
+    }
+
+    /// Whether no component follows this one.
+    #[inline(always)]
+    pub(super) fn is_last(s: Scanned) -> bool {
+        s.last
+    }
+
+    /// The component `s` describes: the last one scanned.
+    #[inline(always)]
+    pub(super) fn comp(&self, s: Scanned) -> Comp<'_> {
+        debug_assert!(self.start < self.end && self.end <= self.len);
+        // SAFETY: start < end <= len (set by the scan that returned `s`,
+        // which stops at the zero byte at len at the latest): initialised
+        // bytes of the copy, not written while `self` is borrowed.
+        let name =
+            unsafe { std::slice::from_raw_parts(self.buf.add(self.start), self.end - self.start) };
+        Comp {
+            name,
+            last: s.last,
+            must_dir: s.must_dir,
+            hash: s.hash,
+            first: s.first,
+        }
+    }
+}
+
+impl CompSource for OnePiece<'_> {
+    #[inline(always)]
+    fn next_comp(&mut self) -> Option<Comp<'_>> {
+        let s = self.next_scanned()?;
+        Some(self.comp(s))
     }
 
     #[inline(always)]
