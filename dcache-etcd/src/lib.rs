@@ -11,9 +11,11 @@
 //!   used while its directory's record has not changed since, as told by
 //!   one watch on the prefix, with no round trip;
 //! - the watch is trusted only while it is known current to within
-//!   [`Options::staleness`] (a heartbeat key each client writes and sees
-//!   come back through its own watch); past that, every use is revalidated
-//!   against etcd;
+//!   [`Options::staleness`] (a linearizable read's revision that the
+//!   watch has caught up with, see [`progress`]; nothing is written);
+//!   past that, every use is revalidated against etcd;
+//! - each client holds one etcd lease (its session, [`session`]): its
+//!   session record and marker key vanish when it leaves or dies;
 //! - a request that gets no answer from a quorum within
 //!   [`Options::timeout`] returns EIO;
 //! - extended attributes live in the inode record (see [`xattr`] for the
@@ -32,6 +34,8 @@
 mod cache;
 pub mod codec;
 mod fs;
+pub mod progress;
+pub mod session;
 pub mod spec;
 pub mod xattr;
 

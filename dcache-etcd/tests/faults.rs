@@ -23,7 +23,7 @@ fn opts() -> Options {
     Options {
         staleness: Duration::from_millis(500),
         timeout: Duration::from_secs(4),
-        heartbeat: None,
+        ..Options::default()
     }
 }
 
@@ -198,7 +198,7 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
         Options {
             staleness: bound,
             timeout: Duration::from_secs(1),
-            heartbeat: None,
+            ..Options::default()
         },
     );
     a.as_root().create(At::Root, "/x", 0o644).unwrap();

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use dcache::fs::NAME_MAX;
 use dcache::{Errno, FileType, Ino, Result};
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
 };
 
 use super::{Inner, DIRENT, INO_BATCH};
@@ -22,6 +23,10 @@ enum Fail {
     /// The cluster may answer later (no leader, member down): retry until
     /// the deadline.
     Transient,
+    /// etcd no longer knows the session lease (it expired while the
+    /// client was cut off): a new one is granted, then the request is
+    /// retried.
+    LeaseGone,
     Fatal(Errno),
 }
 
@@ -30,6 +35,9 @@ fn classify(e: &etcd_client::Error) -> Fail {
     match e {
         E::GRpcStatus(s) => {
             let m = s.message();
+            if m.contains("lease not found") {
+                return Fail::LeaseGone;
+            }
             if m.contains("database space exceeded") {
                 return Fail::Fatal(Errno::ENOSPC);
             }
@@ -198,7 +206,7 @@ impl Inner {
                     return Ok((rev, gets));
                 }
                 Ok(Err(e)) => match classify(&e) {
-                    Fail::Transient => {}
+                    Fail::Transient | Fail::LeaseGone => {}
                     Fail::Fatal(x) => return Err(x),
                 },
                 Err(_) => {}
@@ -219,8 +227,17 @@ impl Inner {
     ) -> Result<Outcome> {
         let seq = self.op_seq.fetch_add(1, Ordering::Relaxed).to_le_bytes();
         let marker = self.keys.op_marker(&self.client_id);
+        // The marker goes on the session lease, so a client that dies
+        // leaves none behind; the lease in use is read at each attempt
+        // (it changes when an expired one is replaced).
         ops.push(put(marker.clone(), seq.to_vec()));
-        let txn = Txn::new().when(cmps).and_then(ops);
+        let with_lease = |mut ops: Vec<TxnOp>| {
+            let opts = PutOptions::new().with_lease(self.lease_id());
+            if let Some(last) = ops.last_mut() {
+                *last = TxnOp::put(marker.clone(), seq.to_vec(), Some(opts));
+            }
+            Txn::new().when(cmps.clone()).and_then(ops)
+        };
         let mut attempt = 0;
         let mut uncertain = false;
         loop {
@@ -247,7 +264,7 @@ impl Inner {
                     Err(_) => {}
                 }
             } else {
-                match tokio::time::timeout(lim, kv.txn(txn.clone())).await {
+                match tokio::time::timeout(lim, kv.txn(with_lease(ops.clone()))).await {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
@@ -259,6 +276,12 @@ impl Inner {
                     }
                     Ok(Err(e)) => match classify(&e) {
                         Fail::Transient => uncertain = true,
+                        // Refused as a whole (the lease is checked
+                        // before anything applies): not uncertain.
+                        Fail::LeaseGone => {
+                            self.lease_gone.notify_one();
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                         Fail::Fatal(x) => return Err(x),
                     },
                     Err(_) => uncertain = true,

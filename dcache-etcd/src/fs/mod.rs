@@ -16,17 +16,18 @@
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
 //! file contents, readdir, statfs), `xattr` (extended attributes, kept
-//! in the inode record) and `background` (heartbeat, watch, endpoint
-//! health).
+//! in the inode record), `lease` (the session lease and record) and
+//! `background` (fences, watch, endpoint health).
 
 mod background;
 mod client;
 mod data;
+mod lease;
 mod namespace;
 mod xattr;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,7 @@ use tokio::runtime::Runtime;
 
 use crate::cache::{Cache, CacheStats};
 use crate::codec::{Keys, ROOT_INO};
+use crate::progress::progress_ordered;
 use crate::spec::{parse_spec, Options, Spec};
 use client::{check_name, get};
 
@@ -69,6 +71,20 @@ struct Inner {
     inval: OnceLock<std::sync::mpsc::Sender<Change>>,
     /// The invalidator of the Vfs attached last, which that thread uses.
     attached: Arc<Mutex<Option<dcache::Invalidator>>>,
+    /// The session lease the marker and session record are put on.
+    lease: AtomicI64,
+    /// Told when a commit finds the lease gone: the lease task renews it.
+    lease_gone: tokio::sync::Notify,
+    /// Told by a fence the watch has not caught up with: the watch task
+    /// sends a progress request (only when `progress_trusted`).
+    progress_wanted: tokio::sync::Notify,
+    /// Every member given reports an etcd version that orders progress
+    /// notifications with events (`crate::progress`).
+    progress_trusted: bool,
+    /// The etcd cluster's id and each endpoint's version, as their status
+    /// answered at connect (`None`: it did not answer).
+    cluster_id: u64,
+    versions: Vec<Option<String>>,
 }
 
 /// A change another client made, as the watch saw it.
@@ -115,6 +131,11 @@ impl EtcdFs {
             .unwrap_or_default()
             .as_nanos() as u64;
         let client_id = format!("{:016x}-{}", nanos, std::process::id());
+        let lim = opts.timeout.min(Duration::from_secs(2));
+        let (cluster_id, versions) = run_on(&rt, member_status(spec.endpoints.clone(), lim));
+        let progress_trusted = versions
+            .iter()
+            .all(|v| v.as_deref().is_some_and(progress_ordered));
         let inner = Arc::new(Inner {
             client,
             keys: Keys::new(&spec.prefix),
@@ -126,15 +147,26 @@ impl EtcdFs {
             rng: AtomicU64::new(nanos | 1),
             inval: OnceLock::new(),
             attached: Arc::default(),
+            lease: AtomicI64::new(0),
+            lease_gone: tokio::sync::Notify::new(),
+            progress_wanted: tokio::sync::Notify::new(),
+            progress_trusted,
+            cluster_id,
+            versions,
         });
         let i = inner.clone();
-        run_on(&rt, async move { i.init(i.deadline()).await })?;
+        run_on(&rt, async move {
+            // The session first: every commit puts the marker on its lease.
+            i.open_session(i.deadline()).await?;
+            i.init(i.deadline()).await
+        })?;
         // The watch starts where the root was read: the mirror is empty,
         // so nothing older is needed.
         let start = inner.cache.cookie() as i64;
         inner.cache.watched.store(start, Ordering::Release);
         rt.spawn(inner.clone().watch_loop());
-        rt.spawn(inner.clone().heartbeat_loop());
+        rt.spawn(inner.clone().fence_loop());
+        rt.spawn(inner.clone().lease_loop());
         rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
         let fs = EtcdFs {
             inner,
@@ -160,9 +192,34 @@ impl EtcdFs {
         }
     }
 
-    /// This client's id (its heartbeat and marker keys are named by it).
+    /// This client's id (its session record and marker key are named by
+    /// it).
     pub fn client_id(&self) -> &str {
         &self.inner.client_id
+    }
+
+    /// The id of this client's session lease (it changes when an expired
+    /// lease is replaced).
+    pub fn lease_id(&self) -> i64 {
+        self.inner.lease_id()
+    }
+
+    /// The etcd cluster's id (0 if no member answered a status request at
+    /// connect).
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.cluster_id
+    }
+
+    /// Each endpoint's etcd version at connect (`None`: no answer).
+    pub fn server_versions(&self) -> &[Option<String>] {
+        &self.inner.versions
+    }
+
+    /// Whether progress notifications are trusted to tell that the watch
+    /// is current (every member runs an etcd that orders them with events,
+    /// see [`crate::progress`]); otherwise only the watch's own events do.
+    pub fn trusts_progress(&self) -> bool {
+        self.inner.progress_trusted
     }
 
     pub fn options(&self) -> &Options {
@@ -240,19 +297,51 @@ where
 impl Drop for EtcdFs {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
-            // Best effort: remove this client's heartbeat and marker keys.
+            // Revoke the session lease: the session record and marker go
+            // with it (if this fails, they expire after the TTL).
             let i = self.inner.clone();
             run_on(&rt, async move {
-                let mut kv = i.client.kv_client();
-                let lim = Duration::from_millis(300);
-                let _ = tokio::time::timeout(lim, kv.delete(i.keys.heartbeat(&i.client_id), None))
-                    .await;
-                let _ = tokio::time::timeout(lim, kv.delete(i.keys.op_marker(&i.client_id), None))
-                    .await;
+                i.close_session(Duration::from_millis(500)).await;
             });
             rt.shutdown_timeout(Duration::from_millis(200));
         }
     }
+}
+
+/// Ask every endpoint for its status, at once, each within `lim`: the
+/// cluster's id (from the first answer) and each endpoint's version.
+async fn member_status(endpoints: Vec<String>, lim: Duration) -> (u64, Vec<Option<String>>) {
+    let asks: Vec<_> = endpoints
+        .into_iter()
+        .map(|ep| {
+            tokio::spawn(async move {
+                let opts = ConnectOptions::new().with_connect_timeout(lim);
+                let status = async {
+                    let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+                    c.status().await
+                };
+                match tokio::time::timeout(lim, status).await {
+                    Ok(Ok(s)) => Some((
+                        s.header().map(|h| h.cluster_id()).unwrap_or(0),
+                        s.version().to_string(),
+                    )),
+                    _ => None,
+                }
+            })
+        })
+        .collect();
+    let mut cluster = 0;
+    let mut versions = Vec::new();
+    for a in asks {
+        let got = a.await.ok().flatten();
+        if let Some((id, _)) = &got {
+            if cluster == 0 {
+                cluster = *id;
+            }
+        }
+        versions.push(got.map(|(_, v)| v));
+    }
+    (cluster, versions)
 }
 
 impl FileSystem for EtcdFs {
