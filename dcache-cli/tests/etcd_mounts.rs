@@ -114,7 +114,7 @@ fn two_mounts_on_one_etcd() {
         return;
     }
     let server = EtcdServer::start_or_use(None).expect("start etcd");
-    let spec = server.fresh_spec();
+    let spec = server.fresh_volume().expect("format");
     let a = Daemon::start(&format!("etcd:{spec}"), &[]);
     let dir = tempfile::tempdir().unwrap();
     let bm = dir.path().join("b");

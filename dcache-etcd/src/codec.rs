@@ -9,6 +9,7 @@
 //! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
 //! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data |
 //! | `P/n` | the next free inode number (8 bytes LE) |
+//! | `P/volume` | the volume record (`crate::volume`), written by `format` |
 //! | `P/o/<client id>` | the id of that client's last committed transaction (on its lease) |
 //! | `P/s/<client id>` | that client's session record (on its lease, see [`crate::session`]) |
 //!
@@ -75,6 +76,18 @@ impl Keys {
     }
     pub fn inode(&self, ino: Ino) -> Vec<u8> {
         self.k(&[b"/w/i/", hex16(ino).as_bytes()])
+    }
+    /// The volume record (`crate::volume`).
+    pub fn volume(&self) -> Vec<u8> {
+        self.k(&[b"/volume"])
+    }
+    /// Every key of the volume: the prefix followed by `/`.
+    pub fn all(&self) -> Vec<u8> {
+        self.k(&[b"/"])
+    }
+    /// The heartbeat keys clients wrote before fences (see `crate::progress`).
+    pub fn old_heartbeats(&self) -> Vec<u8> {
+        self.k(&[b"/w/h/"])
     }
     pub fn session(&self, client: &str) -> Vec<u8> {
         self.k(&[b"/s/", client.as_bytes()])

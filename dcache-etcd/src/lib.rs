@@ -24,7 +24,10 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
+//! // Once per volume (`dcache format etcd:http://127.0.0.1:2379/myfs`):
+//! dcache_etcd::format("http://127.0.0.1:2379/myfs", &Default::default()).unwrap();
 //! let fs = dcache_etcd::EtcdFs::connect("http://127.0.0.1:2379/myfs").unwrap();
+//! println!("joined {}", fs.volume());
 //! let vfs = dcache::Vfs::new(Arc::new(fs)).unwrap();
 //! vfs.as_root().mkdir(dcache::At::Root, "shared", 0o755).unwrap();
 //! ```
@@ -37,8 +40,10 @@ mod fs;
 pub mod progress;
 pub mod session;
 pub mod spec;
+pub mod volume;
 pub mod xattr;
 
 pub use cache::CacheStats;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
 pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};
+pub use volume::{destroy, format, Error, FormatOptions, Volume, VolumeRecord};

@@ -149,7 +149,7 @@ fn progress_notifications_and_pending_events() {
         );
     }
     // And the client follows the rule.
-    let spec = etcd.spec("/client");
+    let spec = etcd.volume("/client");
     let fs = dcache_etcd::EtcdFs::connect(&spec).unwrap();
     assert_eq!(fs.trusts_progress(), progress_ordered(&version));
 }

@@ -30,7 +30,7 @@ fn idle_clients_receive_no_key_events() {
     const CLIENTS: usize = 8;
     const IDLE: Duration = Duration::from_secs(10);
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/idle");
+    let spec = etcd.volume("/idle");
     let fs: Vec<_> = (0..CLIENTS)
         .map(|_| client(&spec, Options::default()))
         .collect();
@@ -117,7 +117,7 @@ fn a_killed_client_leaves_nothing_behind() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/kill");
+    let spec = etcd.volume("/kill");
     let (_fa, a) = client(&spec, Options::default());
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -169,7 +169,7 @@ fn sessions_are_recorded_revoked_and_renewed() {
     }
     let etcd = Cluster::start(1);
     let ep = etcd.endpoint(0);
-    let spec = etcd.spec("/sess");
+    let spec = etcd.volume("/sess");
     let (fa, a) = client(&spec, Options::default());
     let session = format!("/sess/s/{}", fa.client_id());
     let marker = format!("/sess/o/{}", fa.client_id());

@@ -348,7 +348,21 @@ impl Inner {
         }
     }
 
-    /// Create the root if this prefix is new.
+    /// The volume record (`None`: the prefix holds none), linearizably.
+    pub(super) async fn volume_record(
+        &self,
+        dl: Instant,
+    ) -> Result<Option<std::result::Result<crate::volume::VolumeRecord, crate::volume::Error>>>
+    {
+        let (_, rs) = self.read(dl, vec![get(self.keys.volume())]).await?;
+        Ok(rs[0]
+            .kvs()
+            .first()
+            .map(|kv| crate::volume::VolumeRecord::decode(kv.value())))
+    }
+
+    /// Create the root if it is missing (`format` creates it with the
+    /// volume record; an adopted namespace has one).
     pub(super) async fn init(&self, dl: Instant) -> Result<()> {
         let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
         root.nlink = 2;

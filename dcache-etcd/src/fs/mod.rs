@@ -11,8 +11,8 @@
 //! the commit), reading the marker tells whether the transaction applied,
 //! so a retry never reports EEXIST for a create that succeeded.
 //!
-//! This file holds [`EtcdFs`] (connect, its public methods, teardown) and
-//! its [`FileSystem`] impl; the work is done by `Inner`, whose methods are
+//! This file holds [`EtcdFs`] (its public methods, teardown) and its
+//! [`FileSystem`] impl; `connect` makes one; the work is done by `Inner`, whose methods are
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
 //! file contents, readdir, statfs), `xattr` (extended attributes, kept
@@ -21,6 +21,7 @@
 
 mod background;
 mod client;
+mod connect;
 mod data;
 mod lease;
 mod namespace;
@@ -33,13 +34,13 @@ use std::time::{Duration, Instant};
 
 use dcache::fs::{StatFs, Validity};
 use dcache::{Attr, Ctx, DirEntry, Errno, FileSystem, FileType, Ino, RenameFlags, Result, SetAttr};
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, GetOptions};
 use tokio::runtime::Runtime;
 
 use crate::cache::{Cache, CacheStats};
 use crate::codec::{Keys, ROOT_INO};
-use crate::progress::progress_ordered;
-use crate::spec::{parse_spec, Options, Spec};
+use crate::spec::Options;
+use crate::volume::Volume;
 use client::{check_name, get};
 
 /// Inode numbers a client reserves at a time.
@@ -49,12 +50,13 @@ const INO_BATCH: u64 = 64;
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
 /// A directory's size grows by this per entry, from two (`.` and `..`) in
 /// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
-const DIRENT: u64 = 20;
+pub(crate) const DIRENT: u64 = 20;
 
 /// A namespace held in etcd, served to a [`dcache::Vfs`].
 pub struct EtcdFs {
     inner: Arc<Inner>,
     rt: Option<Runtime>,
+    volume: Volume,
 }
 
 struct Inner {
@@ -94,93 +96,6 @@ enum Change {
 }
 
 impl EtcdFs {
-    /// Connect with default [`Options`] to the spec
-    /// `[etcd:]http://host:port[,http://host:port...][/prefix]`, creating
-    /// the namespace's root if the prefix is empty.
-    pub fn connect(spec: &str) -> Result<EtcdFs> {
-        EtcdFs::connect_with(spec, Options::default())
-    }
-
-    pub fn connect_with(spec: &str, opts: Options) -> Result<EtcdFs> {
-        EtcdFs::connect_spec(parse_spec(spec)?, opts)
-    }
-
-    pub fn connect_spec(spec: Spec, opts: Options) -> Result<EtcdFs> {
-        if opts.timeout.is_zero() || opts.staleness.is_zero() {
-            return Err(Errno::EINVAL);
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("dcache-etcd")
-            .enable_all()
-            .build()
-            .map_err(|e| Errno::from_io(&e))?;
-        let copts = ConnectOptions::new()
-            .with_connect_timeout(opts.timeout.min(Duration::from_secs(2)))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
-        let endpoints = spec.endpoints.clone();
-        let client = run_on(
-            &rt,
-            async move { Client::connect(endpoints, Some(copts)).await },
-        )
-        .map_err(|_| Errno::EIO)?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
-        let client_id = format!("{:016x}-{}", nanos, std::process::id());
-        let lim = opts.timeout.min(Duration::from_secs(2));
-        let (cluster_id, versions) = run_on(&rt, member_status(spec.endpoints.clone(), lim));
-        let progress_trusted = versions
-            .iter()
-            .all(|v| v.as_deref().is_some_and(progress_ordered));
-        let inner = Arc::new(Inner {
-            client,
-            keys: Keys::new(&spec.prefix),
-            cache: Cache::new(opts.staleness),
-            opts,
-            client_id,
-            op_seq: AtomicU64::new(1),
-            pool: Mutex::new((0, 0)),
-            rng: AtomicU64::new(nanos | 1),
-            inval: OnceLock::new(),
-            attached: Arc::default(),
-            lease: AtomicI64::new(0),
-            lease_gone: tokio::sync::Notify::new(),
-            progress_wanted: tokio::sync::Notify::new(),
-            progress_trusted,
-            cluster_id,
-            versions,
-        });
-        let i = inner.clone();
-        run_on(&rt, async move {
-            // The session first: every commit puts the marker on its lease.
-            i.open_session(i.deadline()).await?;
-            i.init(i.deadline()).await
-        })?;
-        // The watch starts where the root was read: the mirror is empty,
-        // so nothing older is needed.
-        let start = inner.cache.cookie() as i64;
-        inner.cache.watched.store(start, Ordering::Release);
-        rt.spawn(inner.clone().watch_loop());
-        rt.spawn(inner.clone().fence_loop());
-        rt.spawn(inner.clone().lease_loop());
-        rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
-        let fs = EtcdFs {
-            inner,
-            rt: Some(rt),
-        };
-        // Give the watch a moment to become current (not required: until
-        // it is, everything is revalidated against etcd).
-        let until = Instant::now() + fs.inner.opts.timeout.min(Duration::from_secs(2));
-        while !fs.inner.cache.fresh() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(fs)
-    }
-
     fn block<F>(&self, f: F) -> F::Output
     where
         F: Future + Send,
@@ -196,6 +111,13 @@ impl EtcdFs {
     /// it).
     pub fn client_id(&self) -> &str {
         &self.inner.client_id
+    }
+
+    /// The volume this client joined: its record, prefix and the etcd
+    /// cluster's id (`Display`: `volume UUID (prefix P) from etcd cluster
+    /// ID`).
+    pub fn volume(&self) -> &Volume {
+        &self.volume
     }
 
     /// The id of this client's session lease (it changes when an expired
@@ -306,42 +228,6 @@ impl Drop for EtcdFs {
             rt.shutdown_timeout(Duration::from_millis(200));
         }
     }
-}
-
-/// Ask every endpoint for its status, at once, each within `lim`: the
-/// cluster's id (from the first answer) and each endpoint's version.
-async fn member_status(endpoints: Vec<String>, lim: Duration) -> (u64, Vec<Option<String>>) {
-    let asks: Vec<_> = endpoints
-        .into_iter()
-        .map(|ep| {
-            tokio::spawn(async move {
-                let opts = ConnectOptions::new().with_connect_timeout(lim);
-                let status = async {
-                    let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
-                    c.status().await
-                };
-                match tokio::time::timeout(lim, status).await {
-                    Ok(Ok(s)) => Some((
-                        s.header().map(|h| h.cluster_id()).unwrap_or(0),
-                        s.version().to_string(),
-                    )),
-                    _ => None,
-                }
-            })
-        })
-        .collect();
-    let mut cluster = 0;
-    let mut versions = Vec::new();
-    for a in asks {
-        let got = a.await.ok().flatten();
-        if let Some((id, _)) = &got {
-            if cluster == 0 {
-                cluster = *id;
-            }
-        }
-        versions.push(got.map(|(_, v)| v));
-    }
-    (cluster, versions)
 }
 
 impl FileSystem for EtcdFs {
