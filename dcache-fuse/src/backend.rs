@@ -31,6 +31,10 @@ pub struct Custom {
     pub direct_io: bool,
     /// Makes the file system.
     pub build: Arc<BuildFn>,
+    /// A line `build` may leave for the user (the etcd backend: which
+    /// volume and cluster it joined), printed on stdout once the mount is
+    /// up, before `dcache mount` returns.
+    pub notice: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Custom {
@@ -43,6 +47,7 @@ impl Custom {
             fsname: fsname.into(),
             direct_io: false,
             build: Arc::new(build),
+            notice: Arc::default(),
         }
     }
 }
