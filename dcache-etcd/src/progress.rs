@@ -32,7 +32,10 @@
 //!
 //! So a progress notification is trusted only from a server whose every
 //! member the client was given reports a version that carries the fix and
-//! its follow-up (#17557): 3.4.31+, 3.5.13+, 3.6+ ([`progress_ordered`]).
+//! its follow-up (#17557): 3.4.31+, 3.5.13+, 3.6+ ([`progress_ordered`];
+//! conservative bounds, releases after both were merged in March 2024,
+//! not checked against etcd's changelogs: a release that has the fix but
+//! is below them only goes without notifications).
 //! Elsewhere the client does not request them and relies on (1). That is
 //! sound on any server; its cost is in a cluster shared with other writers
 //! (another volume, another application): while they write and this

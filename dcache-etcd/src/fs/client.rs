@@ -231,8 +231,8 @@ impl Inner {
         // leaves none behind; the lease in use is read at each attempt
         // (it changes when an expired one is replaced).
         ops.push(put(marker.clone(), seq.to_vec()));
-        let with_lease = |mut ops: Vec<TxnOp>| {
-            let opts = PutOptions::new().with_lease(self.lease_id());
+        let with_lease = |mut ops: Vec<TxnOp>, lease: i64| {
+            let opts = PutOptions::new().with_lease(lease);
             if let Some(last) = ops.last_mut() {
                 *last = TxnOp::put(marker.clone(), seq.to_vec(), Some(opts));
             }
@@ -240,6 +240,8 @@ impl Inner {
         };
         let mut attempt = 0;
         let mut uncertain = false;
+        // The lease the last attempt put the marker on.
+        let mut sent_on = 0;
         loop {
             let lim = self.attempt_limit(dl)?;
             let mut kv = self.client.kv_client();
@@ -248,13 +250,21 @@ impl Inner {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
-                        return Ok(match resp.kvs().first() {
-                            Some(m) if m.value() == seq => Outcome::Committed(m.mod_revision()),
+                        return match resp.kvs().first() {
+                            Some(m) if m.value() == seq => Ok(Outcome::Committed(m.mod_revision())),
                             // Not applied: the caller reads again and
                             // recomputes; the lost request, should it
                             // still apply, fails its compares then.
-                            _ => Outcome::Conflict,
-                        });
+                            Some(_) => Ok(Outcome::Conflict),
+                            // No marker: not applied if the lease it went
+                            // on still lives (its keys are deleted only
+                            // with it); if the lease expired meanwhile, the
+                            // marker may have gone with it: unknown.
+                            None => match self.lease_alive(lim, sent_on).await {
+                                Some(true) => Ok(Outcome::Conflict),
+                                _ => Err(Errno::EIO),
+                            },
+                        };
                     }
                     Ok(Err(e)) => {
                         if let Fail::Fatal(x) = classify(&e) {
@@ -264,7 +274,8 @@ impl Inner {
                     Err(_) => {}
                 }
             } else {
-                match tokio::time::timeout(lim, kv.txn(with_lease(ops.clone()))).await {
+                sent_on = self.lease_id();
+                match tokio::time::timeout(lim, kv.txn(with_lease(ops.clone(), sent_on))).await {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);

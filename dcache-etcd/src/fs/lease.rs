@@ -95,6 +95,15 @@ impl Inner {
         }
     }
 
+    /// Whether etcd still knows lease `id` (`None`: no answer in `lim`).
+    pub(super) async fn lease_alive(&self, lim: Duration, id: i64) -> Option<bool> {
+        let mut lc = self.client.lease_client();
+        match tokio::time::timeout(lim, lc.time_to_live(id, None)).await {
+            Ok(Ok(r)) => Some(r.ttl() > 0),
+            _ => None,
+        }
+    }
+
     /// Revoke the lease (the session record and marker go with it). Best
     /// effort, within `lim`: otherwise they expire after the TTL.
     pub(super) async fn close_session(&self, lim: Duration) {
