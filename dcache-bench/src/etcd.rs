@@ -5,12 +5,14 @@
 //! ports and a temporary data directory, and kills it when the case ends.
 //! Without the binary the case cannot be prepared and the harness says so
 //! in one line. Every case works under a prefix of its own
-//! (`/dcache-bench-<pid>-<n>`), so runs against a shared etcd do not meet.
+//! (`/dcache-bench-<pid>-<n>`), so runs against a shared etcd do not meet;
+//! it formats the prefix as a volume first, and deletes every key under
+//! it when the case ends, so a run leaves nothing in the user's cluster.
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dcache::vfs::Vfs;
@@ -22,6 +24,8 @@ pub struct EtcdServer {
     child: Option<Child>,
     url: String,
     _dir: Option<tempfile::TempDir>,
+    /// The volumes `fresh_volume` formatted: deleted on drop.
+    volumes: Mutex<Vec<String>>,
 }
 
 /// Whether `etcd --version` runs.
@@ -49,6 +53,7 @@ impl EtcdServer {
                 child: None,
                 url: u.trim_end_matches('/').to_string(),
                 _dir: None,
+                volumes: Mutex::default(),
             });
         }
         if !etcd_binary() {
@@ -81,6 +86,7 @@ impl EtcdServer {
             child: Some(child),
             url: client,
             _dir: Some(dir),
+            volumes: Mutex::default(),
         };
         // Listening is enough: a client waits for the leader itself.
         let until = Instant::now() + Duration::from_secs(20);
@@ -93,7 +99,26 @@ impl EtcdServer {
         Ok(server)
     }
 
-    /// A spec for a prefix of this case's own.
+    /// `http://HOST:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A spec for a prefix of this case's own, formatted as a volume;
+    /// every key under it is deleted when this server is dropped (after
+    /// the case's clients, which are declared before it).
+    pub fn fresh_volume(&self) -> Result<String, String> {
+        let spec = self.fresh_spec();
+        dcache_etcd::format(&spec, &dcache_etcd::FormatOptions::default())
+            .map_err(|e| format!("etcd: {e}"))?;
+        self.volumes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(spec.clone());
+        Ok(spec)
+    }
+
+    /// A spec for a prefix of this case's own, not formatted.
     pub fn fresh_spec(&self) -> String {
         static N: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -111,6 +136,15 @@ impl EtcdServer {
 
 impl Drop for EtcdServer {
     fn drop(&mut self) {
+        let volumes = std::mem::take(self.volumes.get_mut().unwrap_or_else(|e| e.into_inner()));
+        // An etcd this process started goes with its data directory.
+        if self.child.is_none() {
+            for spec in volumes {
+                if let Err(e) = dcache_etcd::destroy(&spec) {
+                    eprintln!("dcache bench: could not delete the scratch volume {spec}: {e}");
+                }
+            }
+        }
         if let Some(c) = &mut self.child {
             let _ = c.kill();
             let _ = c.wait();

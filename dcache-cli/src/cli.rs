@@ -27,6 +27,10 @@ struct Cli {
 enum Command {
     /// Run a will-it-scale style benchmark (no WORKLOAD: the default tour).
     Bench(BenchArgs),
+    /// Make an etcd prefix a volume that `dcache mount --backend etcd:...`
+    /// can serve (once per volume; --adopt for a namespace from before
+    /// volumes).
+    Format(crate::format::FormatArgs),
     /// Print the field layout of dcache's hot structures, pahole-style.
     Layout(LayoutArgs),
     /// Serve a backend through FUSE on MOUNTPOINT (libfuse-style -f, -s, -o).
@@ -130,6 +134,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     };
     match cli.command {
         Command::Bench(a) => bench_main(a),
+        Command::Format(a) => crate::format::main(a),
         Command::Layout(a) => layout_main(a),
         Command::Mount(a) => crate::mount::main(a),
     }

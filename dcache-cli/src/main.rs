@@ -1,7 +1,10 @@
-//! The `dcache` binary: `bench`, `layout` and `mount` over the dcache crates.
+//! The `dcache` binary: `bench`, `format`, `layout` and `mount` over the
+//! dcache crates.
 
 #[cfg(not(loom))]
 mod cli;
+#[cfg(not(loom))]
+mod format;
 #[cfg(not(loom))]
 mod mount;
 

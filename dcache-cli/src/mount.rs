@@ -99,26 +99,28 @@ pub fn parse_backend(s: &str) -> Result<Backend, String> {
         )
     })?;
     let spec = rest.to_string();
-    Ok(Backend::Custom(Custom::new(
-        format!("etcd:{rest}"),
-        move || {
-            // Say at once why etcd cannot be reached (refused, unknown
-            // host), not EIO after the client's timeout.
-            match parsed.probe(ETCD_PROBE) {
-                Ok(down) => {
-                    for d in down {
-                        eprintln!("dcache: warning: etcd endpoint {d} (using the others)");
-                    }
-                }
-                Err(down) => {
-                    return Err(format!("cannot connect to etcd: {}", down.join("; ")));
+    let notice = Arc::new(std::sync::Mutex::new(None));
+    let said = notice.clone();
+    let mut custom = Custom::new(format!("etcd:{rest}"), move || {
+        // Say at once why etcd cannot be reached (refused, unknown
+        // host), not EIO after the client's timeout.
+        match parsed.probe(ETCD_PROBE) {
+            Ok(down) => {
+                for d in down {
+                    eprintln!("dcache: warning: etcd endpoint {d} (using the others)");
                 }
             }
-            let fs = dcache_etcd::EtcdFs::connect(&spec)
-                .map_err(|e| format!("cannot connect to etcd at {spec}: {e}"))?;
-            Ok(Arc::new(fs) as Arc<dyn dcache::fs::FileSystem>)
-        },
-    )))
+            Err(down) => {
+                return Err(format!("cannot connect to etcd: {}", down.join("; ")));
+            }
+        }
+        // The error says what to do (format the prefix, adopt it).
+        let fs = dcache_etcd::EtcdFs::connect(&spec).map_err(|e| e.to_string())?;
+        *said.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("mounted {}", fs.volume()));
+        Ok(Arc::new(fs) as Arc<dyn dcache::fs::FileSystem>)
+    });
+    custom.notice = notice;
+    Ok(Backend::Custom(custom))
 }
 
 /// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).

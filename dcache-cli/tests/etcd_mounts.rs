@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dcache_bench::etcd::{etcd_binary, EtcdServer};
-use fuse_common::{fuse_or_skip, in_process_watchdog, Daemon};
+use fuse_common::{fuse_or_skip, in_process_watchdog, is_mounted, wait_for, Daemon};
 
 /// Whether the etcd binary is there; under CI its absence is a failure.
 pub fn etcd_or_skip(test: &str) -> bool {
@@ -107,6 +107,94 @@ fn pct(v: &mut [Duration], p: usize) -> Duration {
     v[(v.len() * p / 100).min(v.len() - 1)]
 }
 
+/// `dcache ARGS` with stdout and stderr captured as `out=$(...)` would:
+/// (exit status, what it printed). Returns once the command has, so a
+/// mount daemon that kept the caller's output open would hang it.
+fn dcache(args: &[&str]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let printed = dir.path().join("printed");
+    let script = r#"out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; exit $rc"#;
+    let st = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_dcache"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&printed).unwrap())
+        .status()
+        .unwrap();
+    (
+        st.code().unwrap_or(-1),
+        std::fs::read_to_string(&printed).unwrap(),
+    )
+}
+
+#[test]
+fn a_volume_is_formatted_then_mounted() {
+    const T: &str = "a_volume_is_formatted_then_mounted";
+    if !fuse_or_skip(T) || !etcd_or_skip(T) {
+        return;
+    }
+    let server = EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_spec();
+    let backend = format!("etcd:{spec}");
+    let prefix = &spec[spec.rfind('/').unwrap()..];
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+
+    // Not formatted: the mount is refused, saying what to run.
+    let (rc, out) = dcache(&["mount", "--backend", &backend, m]);
+    assert_eq!(rc, 1, "{out}");
+    assert_eq!(
+        out,
+        format!(
+            "dcache: no dcache volume at etcd prefix {prefix} (cluster {}): format it first \
+             with `dcache format {backend}`.\n",
+            server.url()
+        )
+    );
+    assert!(!is_mounted(&mnt));
+
+    let (rc, out) = dcache(&["format", &backend]);
+    assert_eq!(rc, 0, "{out}");
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words[..2], ["formatted", "volume"], "{out}");
+    let (uuid, cluster) = (words[2], words[words.len() - 1]);
+    assert_eq!(
+        out,
+        format!("formatted volume {uuid} (prefix {prefix}) on etcd cluster {cluster}\n")
+    );
+    // Twice: refused, naming the volume.
+    let (rc, again) = dcache(&["format", &backend]);
+    assert_eq!(rc, 1, "{again}");
+    assert!(
+        again.contains(&format!("already holds volume {uuid}")),
+        "{again}"
+    );
+    let (rc, bad) = dcache(&["format", "http://127.0.0.1:1/x"]);
+    assert_eq!(rc, 2, "{bad}");
+
+    // Mounted: one line, naming the volume and the cluster.
+    let (rc, out) = dcache(&["mount", "--backend", &backend, m]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(
+        out,
+        format!("mounted volume {uuid} (prefix {prefix}) from etcd cluster {cluster}\n")
+    );
+    assert!(is_mounted(&mnt));
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let st = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(wait_for(Duration::from_secs(10), || !is_mounted(&mnt)));
+}
+
 #[test]
 fn two_mounts_on_one_etcd() {
     const T: &str = "two_mounts_on_one_etcd";
@@ -114,7 +202,7 @@ fn two_mounts_on_one_etcd() {
         return;
     }
     let server = EtcdServer::start_or_use(None).expect("start etcd");
-    let spec = server.fresh_spec();
+    let spec = server.fresh_volume().expect("format");
     let a = Daemon::start(&format!("etcd:{spec}"), &[]);
     let dir = tempfile::tempdir().unwrap();
     let bm = dir.path().join("b");

@@ -618,7 +618,7 @@ fn mount_etcd_vs_tmpfs() {
         return;
     }
     let server = dcache_bench::etcd::EtcdServer::start_or_use(None).expect("start etcd");
-    let spec = server.fresh_spec();
+    let spec = server.fresh_volume().expect("format");
     against_mount(T, "etcd", |_| format!("etcd:{spec}"));
     drop(server);
 }

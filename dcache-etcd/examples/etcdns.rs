@@ -6,7 +6,8 @@
 //!             rtt
 //! ```
 //!
-//! SPEC is `http://host:2379[,http://host2:2379...][/prefix]`.
+//! SPEC is `http://host:2379[,http://host2:2379...][/prefix]`, a volume
+//! made by `dcache format etcd:SPEC` (or `dcache_etcd::format`).
 
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ fn main() {
     let fs = match EtcdFs::connect(&args[0]) {
         Ok(fs) => Arc::new(fs),
         Err(e) => {
-            eprintln!("connect {}: {e:?}", args[0]);
+            eprintln!("connect {}: {e}", args[0]);
             std::process::exit(1);
         }
     };

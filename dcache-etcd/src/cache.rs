@@ -7,6 +7,7 @@
 //! read or committed) serialise on one mutex, so an operation's record and
 //! the watch's events cannot overwrite each other out of revision order.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,8 +38,18 @@ pub struct CacheStats {
     pub attr_misses: AtomicU64,
     /// `revalidate` that had to ask etcd (watch not current).
     pub remote_revalidations: AtomicU64,
-    /// Watch events applied.
+    /// Watch events applied to inode records.
     pub events: AtomicU64,
+    /// Every key event the watch delivered (records, entries, markers,
+    /// session records): what other clients' activity costs this one.
+    /// Progress notifications are not key events.
+    pub key_events: AtomicU64,
+    /// Progress notifications received on the watch.
+    pub progress_notifications: AtomicU64,
+    /// Currency checks made (a linearizable read each, see `fence`).
+    pub fences: AtomicU64,
+    /// Times the session lease was found expired and granted again.
+    pub lease_renewals: AtomicU64,
     /// Requests that failed without an answer (member down, no leader)
     /// and were retried.
     pub transient_errors: AtomicU64,
@@ -102,7 +113,7 @@ impl Clock {
 
 pub(crate) struct Cache {
     clock: Clock,
-    /// How long after a heartbeat's stamp the watch counts as current:
+    /// How long after a caught-up fence's stamp the watch counts as current:
     /// the staleness bound less the clock's slack (a coarse reading lags
     /// by up to a tick, counted as elapsed once here, not on every check).
     fresh_for_ns: u64,
@@ -119,9 +130,13 @@ pub(crate) struct Cache {
     /// Cached entries whose cookie is below this were recorded before a
     /// gap in the watch and must be looked up again.
     pub floor: AtomicI64,
-    /// `now_ns()` at which the latest heartbeat seen on the watch was
-    /// sent: every change committed before then has been applied. 0: never.
+    /// `now_ns()` of the latest fence the watch has caught up with: every
+    /// change committed before then has been applied. 0: never.
     synced_at: AtomicU64,
+    /// Fences not yet caught up with: (taken at `now_ns()`, a revision at
+    /// least that of every change committed before then), in the order
+    /// taken (so both fields grow).
+    fences: Mutex<VecDeque<(u64, i64)>>,
     pub stats: CacheStats,
 }
 
@@ -141,6 +156,7 @@ impl Cache {
             last_read: AtomicI64::new(0),
             floor: AtomicI64::new(0),
             synced_at: AtomicU64::new(0),
+            fences: Mutex::new(VecDeque::new()),
             stats: CacheStats::default(),
         }
     }
@@ -156,7 +172,7 @@ impl Cache {
     #[inline]
     pub fn fresh(&self) -> bool {
         // Acquire: pairs with the Release in `synced`, so the events
-        // applied before the heartbeat are visible.
+        // applied before the fence was caught up with are visible.
         let s = self.synced_at.load(Ordering::Acquire);
         s != 0 && self.now_ns().saturating_sub(s) <= self.fresh_for_ns
     }
@@ -314,16 +330,58 @@ impl Cache {
         self.stats.events.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Any other watch event (a heartbeat) at `rev`.
+    /// Any other watch event (an entry, a marker, a session record) at
+    /// `rev`, or a progress notification at `rev` that is trusted (see
+    /// `crate::progress`): every event up to `rev` has been applied.
     pub fn passed(&self, rev: i64) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
         self.watched.fetch_max(rev, Ordering::AcqRel);
     }
 
-    /// This client's own heartbeat, sent at `sent_ns`, came through.
-    pub fn synced(&self, sent_ns: u64) {
+    /// A fence: at `t0_ns` this client read (linearizably) revision
+    /// `rev`, which is at least that of every change committed before
+    /// `t0_ns`. Once the watch has applied every event up to `rev`, it is
+    /// current as of `t0_ns`. Returns whether it is already.
+    pub fn fence(&self, t0_ns: u64, rev: i64) -> bool {
+        self.stats.fences.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut f = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: a watch that never catches up keeps the latest
+            // fences only (a later one releases more than an earlier).
+            if f.len() >= 64 {
+                f.pop_front();
+            }
+            f.push_back((t0_ns, rev));
+        }
+        self.caught_up()
+    }
+
+    /// Release the fences the watch has caught up with (called after
+    /// each watch response is applied). Returns whether any was.
+    pub fn caught_up(&self) -> bool {
+        // Acquire: pairs with the AcqRel updates of `watched`; the events
+        // up to it were applied before it was raised.
+        let w = self.watched.load(Ordering::Acquire);
+        let mut f = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = 0;
+        while let Some(&(t0, rev)) = f.front() {
+            if rev > w {
+                break;
+            }
+            at = t0;
+            f.pop_front();
+        }
+        drop(f);
+        if at != 0 {
+            self.synced(at);
+        }
+        at != 0
+    }
+
+    /// The watch has applied everything committed before `t0_ns`.
+    fn synced(&self, t0_ns: u64) {
         // Release: the events applied before it are published with it.
-        self.synced_at.fetch_max(sent_ns, Ordering::Release);
+        self.synced_at.fetch_max(t0_ns, Ordering::Release);
     }
 
     /// The watch missed events (compaction): everything cached before
@@ -348,6 +406,8 @@ impl Cache {
         }
         self.watched.store(rev, Ordering::Release);
         self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+        drop(_w);
+        self.caught_up();
     }
 
     /// The dcache dropped its inode: stop mirroring it.
@@ -382,8 +442,11 @@ mod tests {
             let c = Cache::new(bound);
             assert!(!c.fresh(), "never synced");
             let start = std::time::Instant::now();
-            c.synced(c.now_ns());
-            // The heartbeat was stamped after `start`: once `bound` has
+            assert!(
+                c.fence(c.now_ns(), 0),
+                "a fence at revision 0 holds at once"
+            );
+            // The fence was stamped after `start`: once `bound` has
             // passed since `start`, the cache must not call itself fresh
             // (`e` is taken before each check, so a preemption between
             // the two cannot fail the test).
@@ -403,5 +466,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fence_holds_once_the_watch_reaches_its_revision() {
+        let c = Cache::new(Duration::from_secs(60));
+        c.passed(10);
+        assert!(c.fence(c.now_ns(), 10), "caught up already");
+        assert!(c.fresh());
+        let c = Cache::new(Duration::from_secs(60));
+        c.passed(10);
+        let (t1, t2) = (c.now_ns(), c.now_ns() + 1);
+        assert!(!c.fence(t1, 12));
+        assert!(!c.fence(t2, 15));
+        assert!(!c.fresh(), "no fence caught up with");
+        c.passed(11);
+        assert!(!c.caught_up());
+        c.passed(13);
+        assert!(c.caught_up(), "the first fence holds");
+        assert_eq!(c.synced_at.load(Ordering::Relaxed), t1);
+        c.passed(20);
+        assert!(c.caught_up());
+        assert_eq!(c.synced_at.load(Ordering::Relaxed), t2);
+        assert!(!c.caught_up(), "released once");
     }
 }

@@ -5,19 +5,20 @@
 //! | key | value |
 //! | --- | --- |
 //! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]), extended attributes included |
-//! | `P/w/h/<client id>` | a client's heartbeat (nanoseconds on its own clock) |
 //! | `P/d/<dir:16 hex>/<name>` | a directory entry ([`Entry`]) |
 //! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
 //! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data |
 //! | `P/n` | the next free inode number (8 bytes LE) |
-//! | `P/o/<client id>` | the id of that client's last committed transaction |
+//! | `P/volume` | the volume record (`crate::volume`), written by `format` |
+//! | `P/o/<client id>` | the id of that client's last committed transaction (on its lease) |
+//! | `P/s/<client id>` | that client's session record (on its lease, see [`crate::session`]) |
 //!
 //! The watch covers `P/d/` up to the end of `P/w/` (everything but file
 //! data): inode records (whose mod_revision is the revision a cached entry
-//! of that directory is validated against), the heartbeats that measure how
-//! current the watch is, directory entries (which name changed, for the
-//! invalidations a client passes on) and the marker keys (which changes are
-//! the client's own).
+//! of that directory is validated against), directory entries (which name
+//! changed, for the invalidations a client passes on) and the marker keys
+//! (which changes are the client's own). Nothing in it is written on a
+//! timer: session records change only when a client connects or leaves.
 
 use std::sync::Arc;
 
@@ -76,8 +77,24 @@ impl Keys {
     pub fn inode(&self, ino: Ino) -> Vec<u8> {
         self.k(&[b"/w/i/", hex16(ino).as_bytes()])
     }
-    pub fn heartbeat(&self, client: &str) -> Vec<u8> {
-        self.k(&[b"/w/h/", client.as_bytes()])
+    /// The volume record (`crate::volume`).
+    pub fn volume(&self) -> Vec<u8> {
+        self.k(&[b"/volume"])
+    }
+    /// Every key of the volume: the prefix followed by `/`.
+    pub fn all(&self) -> Vec<u8> {
+        self.k(&[b"/"])
+    }
+    /// The heartbeat keys clients wrote before fences (see `crate::progress`).
+    pub fn old_heartbeats(&self) -> Vec<u8> {
+        self.k(&[b"/w/h/"])
+    }
+    pub fn session(&self, client: &str) -> Vec<u8> {
+        self.k(&[b"/s/", client.as_bytes()])
+    }
+    /// The prefix of all session records.
+    pub fn sessions(&self) -> Vec<u8> {
+        self.k(&[b"/s/"])
     }
     /// The inode number of an inode key, `None` for any other key.
     pub fn parse_inode(&self, key: &[u8]) -> Option<Ino> {
@@ -520,7 +537,7 @@ mod tests {
         let k = Keys::new("/x");
         assert_eq!(k.inode(1), b"/x/w/i/0000000000000001".to_vec());
         assert_eq!(k.parse_inode(&k.inode(0xabc)), Some(0xabc));
-        assert_eq!(k.parse_inode(&k.heartbeat("c1")), None);
+        assert_eq!(k.parse_inode(&k.session("c1")), None);
         assert_eq!(prefix_end(b"/x/d/"), b"/x/d0".to_vec());
         assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
         let e = k.entry(0x2a, b"name/with.dots");
@@ -530,13 +547,7 @@ mod tests {
         assert_eq!(Keys::new("/y").parse_entry(&e), None);
         // Everything but file data is watched.
         let (lo, hi) = (k.watched(), k.watched_end());
-        for key in [
-            e,
-            k.inode(1),
-            k.heartbeat("c"),
-            k.op_marker("c"),
-            k.parent(9),
-        ] {
+        for key in [e, k.inode(1), k.session("c"), k.op_marker("c"), k.parent(9)] {
             assert!(lo <= key && key < hi);
         }
         assert!(k.chunk(1, 0) < lo);

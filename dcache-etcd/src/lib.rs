@@ -11,9 +11,11 @@
 //!   used while its directory's record has not changed since, as told by
 //!   one watch on the prefix, with no round trip;
 //! - the watch is trusted only while it is known current to within
-//!   [`Options::staleness`] (a heartbeat key each client writes and sees
-//!   come back through its own watch); past that, every use is revalidated
-//!   against etcd;
+//!   [`Options::staleness`] (a linearizable read's revision that the
+//!   watch has caught up with, see [`progress`]; nothing is written);
+//!   past that, every use is revalidated against etcd;
+//! - each client holds one etcd lease (its session, [`session`]): its
+//!   session record and marker key vanish when it leaves or dies;
 //! - a request that gets no answer from a quorum within
 //!   [`Options::timeout`] returns EIO;
 //! - extended attributes live in the inode record (see [`xattr`] for the
@@ -22,7 +24,10 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
+//! // Once per volume (`dcache format etcd:http://127.0.0.1:2379/myfs`):
+//! dcache_etcd::format("http://127.0.0.1:2379/myfs", &Default::default()).unwrap();
 //! let fs = dcache_etcd::EtcdFs::connect("http://127.0.0.1:2379/myfs").unwrap();
+//! println!("joined {}", fs.volume());
 //! let vfs = dcache::Vfs::new(Arc::new(fs)).unwrap();
 //! vfs.as_root().mkdir(dcache::At::Root, "shared", 0o755).unwrap();
 //! ```
@@ -32,9 +37,13 @@
 mod cache;
 pub mod codec;
 mod fs;
+pub mod progress;
+pub mod session;
 pub mod spec;
+pub mod volume;
 pub mod xattr;
 
 pub use cache::CacheStats;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
 pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};
+pub use volume::{destroy, format, Error, FormatOptions, Volume, VolumeRecord};

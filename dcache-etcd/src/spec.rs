@@ -20,9 +20,17 @@ pub struct Options {
     /// How long one operation may take, retries and failover included,
     /// before it returns EIO (e.g. while no quorum can be reached).
     pub timeout: Duration,
-    /// How often the client writes its heartbeat key (which measures the
-    /// watch's progress). `None`: a quarter of `staleness`.
-    pub heartbeat: Option<Duration>,
+    /// How often the client checks that its watch is current (a
+    /// linearizable read and a progress request on the watch, see the
+    /// crate's README; nothing is written). `None`: a quarter of
+    /// `staleness`.
+    pub progress_interval: Option<Duration>,
+    /// The time to live of the client's session lease: its session record
+    /// and marker key vanish this long after the client stops renewing it
+    /// (a crash, a partition). Renewed every third of it. Whole seconds,
+    /// at least 2 s (etcd's minimum lease TTL is longer on most clusters:
+    /// the server may raise it).
+    pub lease_ttl: Duration,
 }
 
 impl Default for Options {
@@ -30,16 +38,23 @@ impl Default for Options {
         Options {
             staleness: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
-            heartbeat: None,
+            progress_interval: None,
+            lease_ttl: Duration::from_secs(10),
         }
     }
 }
 
 impl Options {
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat
+    /// How often the watch's currency is checked.
+    pub fn progress_every(&self) -> Duration {
+        self.progress_interval
             .unwrap_or(self.staleness / 4)
             .max(Duration::from_millis(10))
+    }
+
+    /// The lease TTL in whole seconds (at least 2).
+    pub fn lease_ttl_secs(&self) -> i64 {
+        self.lease_ttl.as_secs().clamp(2, i64::MAX as u64) as i64
     }
 }
 

@@ -32,7 +32,7 @@ fn racing_clients_get_posix_outcomes() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/race");
+    let spec = etcd.volume("/race");
     let (_fa, a) = client(&spec, Options::default());
     let (_fb, b) = client(&spec, Options::default());
     let clients = [&a, &b];
@@ -206,7 +206,7 @@ fn directory_renames_cannot_make_a_loop() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/loop");
+    let spec = etcd.volume("/loop");
     let (_fa, a) = client(&spec, Options::default());
     let (_fb, b) = client(&spec, Options::default());
     // A moves /x into /y while B moves /y into /x: at most one may win,
@@ -274,7 +274,7 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
     let staleness = Duration::from_millis(500);
     let bound_ns = staleness.as_nanos() as u64;
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/oracle");
+    let spec = etcd.volume("/oracle");
     let opts = Options {
         staleness,
         ..Options::default()

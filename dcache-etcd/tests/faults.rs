@@ -23,14 +23,14 @@ fn opts() -> Options {
     Options {
         staleness: Duration::from_millis(500),
         timeout: Duration::from_secs(4),
-        heartbeat: None,
+        ..Options::default()
     }
 }
 
 fn survive(kill_leader: bool) {
     let what = if kill_leader { "leader" } else { "follower" };
     let mut etcd = Cluster::start(3);
-    let spec = etcd.spec("/faults");
+    let spec = etcd.volume("/faults");
     let (fa, a) = client(&spec, opts());
     let (_fb, b) = client(&spec, opts());
     a.as_root().mkdir(At::Root, "/w", 0o755).unwrap();
@@ -190,6 +190,7 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
     let etcd = Cluster::start(3);
     // A reaches members 0 and 2; B only member 1, which is then frozen.
     let spec_a = format!("{},{}/stale", etcd.endpoint(0), etcd.endpoint(2));
+    common::format_volume(&spec_a);
     let spec_b = format!("{}/stale", etcd.endpoint(1));
     let bound = Duration::from_millis(300);
     let (_fa, a) = client(&spec_a, opts());
@@ -198,7 +199,7 @@ fn a_cut_off_client_never_serves_answers_older_than_the_bound() {
         Options {
             staleness: bound,
             timeout: Duration::from_secs(1),
-            heartbeat: None,
+            ..Options::default()
         },
     );
     a.as_root().create(At::Root, "/x", 0o644).unwrap();
@@ -257,6 +258,7 @@ fn a_watch_behind_a_compaction_resynchronises() {
     }
     let mut etcd = Cluster::start(3);
     let spec_a = format!("{},{}/compact", etcd.endpoint(0), etcd.endpoint(2));
+    common::format_volume(&spec_a);
     let spec_b = format!("{}/compact", etcd.endpoint(1));
     let (_fa, a) = client(&spec_a, opts());
     let (fb, b) = client(&spec_b, opts());

@@ -36,7 +36,7 @@ fn posix_answers() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/sem");
+    let spec = etcd.volume("/sem");
     let (_fa, a) = client(&spec, Options::default());
 
     // RENAME_EXCHANGE of a file and a directory across directories.
@@ -193,7 +193,7 @@ fn posix_answers() {
 fn bad_specs_are_einval() {
     for s in ["", "nohost", "https://127.0.0.1:1", "127.0.0.1:99999"] {
         assert_eq!(
-            dcache_etcd::EtcdFs::connect(s).err(),
+            dcache_etcd::EtcdFs::connect(s).err().map(|e| e.errno),
             Some(Errno::EINVAL),
             "{s}"
         );
@@ -205,6 +205,6 @@ fn bad_specs_are_einval() {
     };
     let t = std::time::Instant::now();
     let r = dcache_etcd::EtcdFs::connect_with("127.0.0.1:1", opts);
-    assert_eq!(r.err(), Some(Errno::EIO));
+    assert_eq!(r.err().map(|e| e.errno), Some(Errno::EIO));
     assert!(t.elapsed() < Duration::from_secs(10));
 }

@@ -50,7 +50,7 @@ fn changes_on_one_client_are_seen_by_the_other() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/t1");
+    let spec = etcd.volume("/t1");
     let (_fa, a) = client(&spec, Options::default());
     let (fb, b) = client(&spec, Options::default());
     assert!(fb.is_current(), "watch not current after connect");
@@ -153,7 +153,7 @@ fn propagation_time_over_1000_changes() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/t2");
+    let spec = etcd.volume("/t2");
     let (_fa, a) = client(&spec, Options::default());
     let (fb, b) = client(&spec, Options::default());
     a.as_root().create(At::Root, "/p", 0o644).unwrap();
@@ -242,7 +242,7 @@ fn changes_by_others_are_reported_to_the_vfs() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/t3");
+    let spec = etcd.volume("/t3");
     let (_fa, a) = client(&spec, Options::default());
     let (fb, b) = client(&spec, Options::default());
     let heard: Arc<Mutex<Vec<String>>> = Arc::default();

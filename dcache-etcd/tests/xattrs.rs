@@ -74,7 +74,7 @@ fn set_get_list_remove_with_linux_errnos() {
         return;
     }
     let etcd = Cluster::start(1);
-    let (fs, v) = client(&etcd.spec("/x1"), Options::default());
+    let (fs, v) = client(&etcd.volume("/x1"), Options::default());
     let r = v.as_root();
     r.create(At::Root, "/f", 0o644).unwrap();
     let ino = r.stat(At::Root, "/f").unwrap().ino;
@@ -186,7 +186,7 @@ fn attributes_survive_other_changes_and_reconnects() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/x2");
+    let spec = etcd.volume("/x2");
     let (_fs, v) = client(&spec, Options::default());
     let r = v.as_root();
     r.create(At::Root, "/f", 0o644).unwrap();
@@ -252,7 +252,7 @@ fn posix_acls_are_stored_as_given() {
         return;
     }
     let etcd = Cluster::start(1);
-    let (_fs, v) = client(&etcd.spec("/x3"), Options::default());
+    let (_fs, v) = client(&etcd.volume("/x3"), Options::default());
     let r = v.as_root();
     r.create(At::Root, "/f", 0o644).unwrap();
     r.mkdir(At::Root, "/d", 0o755).unwrap();
@@ -288,7 +288,7 @@ fn two_clients_see_each_others_attributes() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/x4");
+    let spec = etcd.volume("/x4");
     let (_fa, a) = client(&spec, Options::default());
     let (fb, b) = client(&spec, Options::default());
     assert!(fb.is_current(), "watch not current after connect");
@@ -330,7 +330,7 @@ fn racing_clients_lose_no_update() {
         return;
     }
     let etcd = Cluster::start(1);
-    let spec = etcd.spec("/x5");
+    let spec = etcd.volume("/x5");
     let (_fa, a) = client(&spec, Options::default());
     let (_fb, b) = client(&spec, Options::default());
     a.as_root().create(At::Root, "/f", 0o644).unwrap();
@@ -376,6 +376,7 @@ fn a_watch_catches_up_on_large_records() {
     }
     let mut etcd = Cluster::start(3);
     let spec_a = format!("{},{}/x6", etcd.endpoint(0), etcd.endpoint(2));
+    common::format_volume(&spec_a);
     let spec_b = format!("{}/x6", etcd.endpoint(1));
     let (_fa, a) = client(&spec_a, Options::default());
     let (fb, b) = client(&spec_b, Options::default());

@@ -33,6 +33,10 @@ pub struct Custom {
     pub direct_io: bool,
     /// Makes the file system.
     pub build: Arc<BuildFn>,
+    /// A line `build` may leave for the user (the etcd backend: which
+    /// volume and cluster it joined), printed on stdout once the mount is
+    /// up, before `dcache mount` returns.
+    pub notice: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Custom {
@@ -45,6 +49,7 @@ impl Custom {
             fsname: fsname.into(),
             direct_io: false,
             build: Arc::new(build),
+            notice: Arc::default(),
         }
     }
 }

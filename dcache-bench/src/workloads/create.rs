@@ -37,7 +37,7 @@ impl Workload for CreateWorkload {
             return Err("--cred runs on the lib and kernel targets".into());
         }
         let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-        let ns = server.fresh_spec();
+        let ns = server.fresh_volume()?;
         let clients = (0..spec.threads)
             .map(|_| client(&ns))
             .collect::<Result<Vec<_>, _>>()?;

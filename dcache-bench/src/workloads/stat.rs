@@ -191,7 +191,7 @@ impl Workload for StatWorkload {
                     return Err("--cred runs on the lib and kernel targets".into());
                 }
                 let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-                let c = crate::etcd::client(&server.fresh_spec())?;
+                let c = crate::etcd::client(&server.fresh_volume()?)?;
                 for d in ["a", "a/b", "a/b/c"] {
                     c.vfs
                         .as_root()

@@ -413,11 +413,12 @@ impl Backend {
         })
     }
 
-    /// The `--backend` of a new mount (`host`: passthrough's directory).
+    /// The `--backend` of a new mount (`host`: passthrough's directory;
+    /// etcd: a fresh prefix, formatted as a volume).
     pub fn spec(&self, host: &Path) -> String {
         match (self.name, &self.etcd) {
             ("mem", _) => "mem".into(),
-            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_spec()),
+            (_, Some(etcd)) => format!("etcd:{}", etcd.fresh_volume().expect("format")),
             _ => format!("passthrough:{}", host.display()),
         }
     }

@@ -1,17 +1,18 @@
 //! Background tasks of [`Inner`], spawned on the client's runtime at
-//! connect: the heartbeat that tells how current the watch is, the watch
-//! that keeps the cache coherent and reports other clients' changes, and
-//! the endpoint health probe that takes dead members out of the balancer.
+//! connect: the fences that tell how current the watch is (see
+//! `crate::progress`), the watch that keeps the cache coherent and reports
+//! other clients' changes, and the endpoint health probe that takes dead
+//! members out of the balancer. (The session lease's task is in `lease`.)
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, WatchOptions};
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 
 use super::client::get;
 use super::{Change, Inner};
-use crate::codec::{decode_u64, Rec, ROOT_INO};
+use crate::codec::{Rec, ROOT_INO};
 
 /// The largest watch response taken (see `watch_loop`). etcd batches at
 /// most 1000 revisions into one catch-up response; a revision puts at
@@ -20,24 +21,36 @@ use crate::codec::{decode_u64, Rec, ROOT_INO};
 const WATCH_MESSAGE_MAX: usize = 1 << 30;
 
 impl Inner {
-    pub(super) async fn heartbeat_loop(self: Arc<Inner>) {
-        let key = self.keys.heartbeat(&self.client_id);
-        let every = self.opts.heartbeat_interval();
+    /// Every `progress_every`: a fence (the time, then a linearizable
+    /// read's revision), caught up with by the watch's events or, where
+    /// the server orders them, by a progress notification requested now.
+    pub(super) async fn fence_loop(self: Arc<Inner>) {
+        let key = self.keys.inode(ROOT_INO);
+        let every = self.opts.progress_every();
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
-            let sent = self.cache.now_ns();
+            // Taken before the read is sent: the read's revision covers
+            // every change committed before this instant.
+            let t0 = self.cache.now_ns();
             let mut kv = self.client.kv_client();
             let lim = self.opts.timeout.min(every * 4);
-            let _ =
-                tokio::time::timeout(lim, kv.put(key.clone(), sent.to_le_bytes().to_vec(), None))
-                    .await;
+            // Linearizable (the default); count only: nothing is sent back.
+            let read = kv.get(key.clone(), Some(GetOptions::new().with_count_only()));
+            let Ok(Ok(resp)) = tokio::time::timeout(lim, read).await else {
+                continue;
+            };
+            let Some(rev) = resp.header().map(|h| h.revision()) else {
+                continue;
+            };
+            if !self.cache.fence(t0, rev) && self.progress_trusted {
+                self.progress_wanted.notify_one();
+            }
         }
     }
 
     pub(super) async fn watch_loop(self: Arc<Inner>) {
-        let hb = self.keys.heartbeat(&self.client_id);
         let marker = self.keys.op_marker(&self.client_id);
         let mut first = true;
         loop {
@@ -71,8 +84,18 @@ impl Inner {
                 _ => continue,
             };
             // The sender half must stay alive, or the stream ends.
-            let (_tx, mut rx) = stream.split();
-            while let Ok(Some(resp)) = rx.message().await {
+            let (mut tx, mut rx) = stream.split();
+            loop {
+                let msg = tokio::select! {
+                    m = rx.message() => m,
+                    _ = self.progress_wanted.notified() => {
+                        if tx.request_progress().await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                let Ok(Some(resp)) = msg else { break };
                 if resp.canceled() {
                     if resp.compact_revision() > 0 {
                         self.resync().await;
@@ -89,6 +112,28 @@ impl Inner {
                     .filter(|kv| kv.key() == marker.as_slice())
                     .map(|kv| kv.mod_revision())
                     .collect();
+                if resp.events().is_empty() {
+                    // A progress notification (or the creation's answer).
+                    if !resp.created() {
+                        self.cache
+                            .stats
+                            .progress_notifications
+                            .fetch_add(1, Ordering::Relaxed);
+                        // Only from a server that sends it after every
+                        // event up to its revision (crate::progress).
+                        if self.progress_trusted {
+                            if let Some(h) = resp.header() {
+                                self.cache.passed(h.revision());
+                                self.cache.caught_up();
+                            }
+                        }
+                    }
+                    continue;
+                }
+                self.cache
+                    .stats
+                    .key_events
+                    .fetch_add(resp.events().len() as u64, Ordering::Relaxed);
                 let mut changes = Vec::new();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
@@ -109,13 +154,12 @@ impl Inner {
                             if theirs {
                                 changes.push(Change::Entry(dir, name.to_vec()));
                             }
-                        } else if kv.key() == hb.as_slice() && ev.event_type() == EventType::Put {
-                            if let Ok(sent) = decode_u64(kv.value()) {
-                                self.cache.synced(sent);
-                            }
                         }
                     }
                 }
+                // Every event up to the response's last is applied: the
+                // fences it reaches hold.
+                self.cache.caught_up();
                 // Reported only now that the cache has applied the whole
                 // response: a lookup the report causes must see the change.
                 if let Some(tx) = self.inval.get() {

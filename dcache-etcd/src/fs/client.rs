@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use dcache::fs::NAME_MAX;
 use dcache::{Errno, FileType, Ino, Result};
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
 };
 
 use super::{Inner, DIRENT, INO_BATCH};
@@ -22,6 +23,10 @@ enum Fail {
     /// The cluster may answer later (no leader, member down): retry until
     /// the deadline.
     Transient,
+    /// etcd no longer knows the session lease (it expired while the
+    /// client was cut off): a new one is granted, then the request is
+    /// retried.
+    LeaseGone,
     Fatal(Errno),
 }
 
@@ -30,6 +35,9 @@ fn classify(e: &etcd_client::Error) -> Fail {
     match e {
         E::GRpcStatus(s) => {
             let m = s.message();
+            if m.contains("lease not found") {
+                return Fail::LeaseGone;
+            }
             if m.contains("database space exceeded") {
                 return Fail::Fatal(Errno::ENOSPC);
             }
@@ -198,7 +206,7 @@ impl Inner {
                     return Ok((rev, gets));
                 }
                 Ok(Err(e)) => match classify(&e) {
-                    Fail::Transient => {}
+                    Fail::Transient | Fail::LeaseGone => {}
                     Fail::Fatal(x) => return Err(x),
                 },
                 Err(_) => {}
@@ -219,10 +227,21 @@ impl Inner {
     ) -> Result<Outcome> {
         let seq = self.op_seq.fetch_add(1, Ordering::Relaxed).to_le_bytes();
         let marker = self.keys.op_marker(&self.client_id);
+        // The marker goes on the session lease, so a client that dies
+        // leaves none behind; the lease in use is read at each attempt
+        // (it changes when an expired one is replaced).
         ops.push(put(marker.clone(), seq.to_vec()));
-        let txn = Txn::new().when(cmps).and_then(ops);
+        let with_lease = |mut ops: Vec<TxnOp>, lease: i64| {
+            let opts = PutOptions::new().with_lease(lease);
+            if let Some(last) = ops.last_mut() {
+                *last = TxnOp::put(marker.clone(), seq.to_vec(), Some(opts));
+            }
+            Txn::new().when(cmps.clone()).and_then(ops)
+        };
         let mut attempt = 0;
         let mut uncertain = false;
+        // The lease the last attempt put the marker on.
+        let mut sent_on = 0;
         loop {
             let lim = self.attempt_limit(dl)?;
             let mut kv = self.client.kv_client();
@@ -231,13 +250,21 @@ impl Inner {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
-                        return Ok(match resp.kvs().first() {
-                            Some(m) if m.value() == seq => Outcome::Committed(m.mod_revision()),
+                        return match resp.kvs().first() {
+                            Some(m) if m.value() == seq => Ok(Outcome::Committed(m.mod_revision())),
                             // Not applied: the caller reads again and
                             // recomputes; the lost request, should it
                             // still apply, fails its compares then.
-                            _ => Outcome::Conflict,
-                        });
+                            Some(_) => Ok(Outcome::Conflict),
+                            // No marker: not applied if the lease it went
+                            // on still lives (its keys are deleted only
+                            // with it); if the lease expired meanwhile, the
+                            // marker may have gone with it: unknown.
+                            None => match self.lease_alive(lim, sent_on).await {
+                                Some(true) => Ok(Outcome::Conflict),
+                                _ => Err(Errno::EIO),
+                            },
+                        };
                     }
                     Ok(Err(e)) => {
                         if let Fail::Fatal(x) = classify(&e) {
@@ -247,7 +274,8 @@ impl Inner {
                     Err(_) => {}
                 }
             } else {
-                match tokio::time::timeout(lim, kv.txn(txn.clone())).await {
+                sent_on = self.lease_id();
+                match tokio::time::timeout(lim, kv.txn(with_lease(ops.clone(), sent_on))).await {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
@@ -259,6 +287,12 @@ impl Inner {
                     }
                     Ok(Err(e)) => match classify(&e) {
                         Fail::Transient => uncertain = true,
+                        // Refused as a whole (the lease is checked
+                        // before anything applies): not uncertain.
+                        Fail::LeaseGone => {
+                            self.lease_gone.notify_one();
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                         Fail::Fatal(x) => return Err(x),
                     },
                     Err(_) => uncertain = true,
@@ -325,7 +359,21 @@ impl Inner {
         }
     }
 
-    /// Create the root if this prefix is new.
+    /// The volume record (`None`: the prefix holds none), linearizably.
+    pub(super) async fn volume_record(
+        &self,
+        dl: Instant,
+    ) -> Result<Option<std::result::Result<crate::volume::VolumeRecord, crate::volume::Error>>>
+    {
+        let (_, rs) = self.read(dl, vec![get(self.keys.volume())]).await?;
+        Ok(rs[0]
+            .kvs()
+            .first()
+            .map(|kv| crate::volume::VolumeRecord::decode(kv.value())))
+    }
+
+    /// Create the root if it is missing (`format` creates it with the
+    /// volume record; an adopted namespace has one).
     pub(super) async fn init(&self, dl: Instant) -> Result<()> {
         let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
         root.nlink = 2;

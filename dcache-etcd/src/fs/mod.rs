@@ -11,33 +11,36 @@
 //! the commit), reading the marker tells whether the transaction applied,
 //! so a retry never reports EEXIST for a create that succeeded.
 //!
-//! This file holds [`EtcdFs`] (connect, its public methods, teardown) and
-//! its [`FileSystem`] impl; the work is done by `Inner`, whose methods are
+//! This file holds [`EtcdFs`] (its public methods, teardown) and its
+//! [`FileSystem`] impl; `connect` makes one; the work is done by `Inner`, whose methods are
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
 //! file contents, readdir, statfs), `xattr` (extended attributes, kept
-//! in the inode record) and `background` (heartbeat, watch, endpoint
-//! health).
+//! in the inode record), `lease` (the session lease and record) and
+//! `background` (fences, watch, endpoint health).
 
 mod background;
 mod client;
+mod connect;
 mod data;
+mod lease;
 mod namespace;
 mod xattr;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dcache::fs::{StatFs, Validity};
 use dcache::{Attr, Ctx, DirEntry, Errno, FileSystem, FileType, Ino, RenameFlags, Result, SetAttr};
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, GetOptions};
 use tokio::runtime::Runtime;
 
 use crate::cache::{Cache, CacheStats};
 use crate::codec::{Keys, ROOT_INO};
-use crate::spec::{parse_spec, Options, Spec};
+use crate::spec::Options;
+use crate::volume::Volume;
 use client::{check_name, get};
 
 /// Inode numbers a client reserves at a time.
@@ -47,12 +50,13 @@ const INO_BATCH: u64 = 64;
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
 /// A directory's size grows by this per entry, from two (`.` and `..`) in
 /// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
-const DIRENT: u64 = 20;
+pub(crate) const DIRENT: u64 = 20;
 
 /// A namespace held in etcd, served to a [`dcache::Vfs`].
 pub struct EtcdFs {
     inner: Arc<Inner>,
     rt: Option<Runtime>,
+    volume: Volume,
 }
 
 struct Inner {
@@ -69,6 +73,20 @@ struct Inner {
     inval: OnceLock<std::sync::mpsc::Sender<Change>>,
     /// The invalidator of the Vfs attached last, which that thread uses.
     attached: Arc<Mutex<Option<dcache::Invalidator>>>,
+    /// The session lease the marker and session record are put on.
+    lease: AtomicI64,
+    /// Told when a commit finds the lease gone: the lease task renews it.
+    lease_gone: tokio::sync::Notify,
+    /// Told by a fence the watch has not caught up with: the watch task
+    /// sends a progress request (only when `progress_trusted`).
+    progress_wanted: tokio::sync::Notify,
+    /// Every member given reports an etcd version that orders progress
+    /// notifications with events (`crate::progress`).
+    progress_trusted: bool,
+    /// The etcd cluster's id and each endpoint's version, as their status
+    /// answered at connect (`None`: it did not answer).
+    cluster_id: u64,
+    versions: Vec<Option<String>>,
 }
 
 /// A change another client made, as the watch saw it.
@@ -78,77 +96,6 @@ enum Change {
 }
 
 impl EtcdFs {
-    /// Connect with default [`Options`] to the spec
-    /// `[etcd:]http://host:port[,http://host:port...][/prefix]`, creating
-    /// the namespace's root if the prefix is empty.
-    pub fn connect(spec: &str) -> Result<EtcdFs> {
-        EtcdFs::connect_with(spec, Options::default())
-    }
-
-    pub fn connect_with(spec: &str, opts: Options) -> Result<EtcdFs> {
-        EtcdFs::connect_spec(parse_spec(spec)?, opts)
-    }
-
-    pub fn connect_spec(spec: Spec, opts: Options) -> Result<EtcdFs> {
-        if opts.timeout.is_zero() || opts.staleness.is_zero() {
-            return Err(Errno::EINVAL);
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("dcache-etcd")
-            .enable_all()
-            .build()
-            .map_err(|e| Errno::from_io(&e))?;
-        let copts = ConnectOptions::new()
-            .with_connect_timeout(opts.timeout.min(Duration::from_secs(2)))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
-        let endpoints = spec.endpoints.clone();
-        let client = run_on(
-            &rt,
-            async move { Client::connect(endpoints, Some(copts)).await },
-        )
-        .map_err(|_| Errno::EIO)?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
-        let client_id = format!("{:016x}-{}", nanos, std::process::id());
-        let inner = Arc::new(Inner {
-            client,
-            keys: Keys::new(&spec.prefix),
-            cache: Cache::new(opts.staleness),
-            opts,
-            client_id,
-            op_seq: AtomicU64::new(1),
-            pool: Mutex::new((0, 0)),
-            rng: AtomicU64::new(nanos | 1),
-            inval: OnceLock::new(),
-            attached: Arc::default(),
-        });
-        let i = inner.clone();
-        run_on(&rt, async move { i.init(i.deadline()).await })?;
-        // The watch starts where the root was read: the mirror is empty,
-        // so nothing older is needed.
-        let start = inner.cache.cookie() as i64;
-        inner.cache.watched.store(start, Ordering::Release);
-        rt.spawn(inner.clone().watch_loop());
-        rt.spawn(inner.clone().heartbeat_loop());
-        rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
-        let fs = EtcdFs {
-            inner,
-            rt: Some(rt),
-        };
-        // Give the watch a moment to become current (not required: until
-        // it is, everything is revalidated against etcd).
-        let until = Instant::now() + fs.inner.opts.timeout.min(Duration::from_secs(2));
-        while !fs.inner.cache.fresh() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(fs)
-    }
-
     fn block<F>(&self, f: F) -> F::Output
     where
         F: Future + Send,
@@ -160,9 +107,41 @@ impl EtcdFs {
         }
     }
 
-    /// This client's id (its heartbeat and marker keys are named by it).
+    /// This client's id (its session record and marker key are named by
+    /// it).
     pub fn client_id(&self) -> &str {
         &self.inner.client_id
+    }
+
+    /// The volume this client joined: its record, prefix and the etcd
+    /// cluster's id (`Display`: `volume UUID (prefix P) from etcd cluster
+    /// ID`).
+    pub fn volume(&self) -> &Volume {
+        &self.volume
+    }
+
+    /// The id of this client's session lease (it changes when an expired
+    /// lease is replaced).
+    pub fn lease_id(&self) -> i64 {
+        self.inner.lease_id()
+    }
+
+    /// The etcd cluster's id (0 if no member answered a status request at
+    /// connect).
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.cluster_id
+    }
+
+    /// Each endpoint's etcd version at connect (`None`: no answer).
+    pub fn server_versions(&self) -> &[Option<String>] {
+        &self.inner.versions
+    }
+
+    /// Whether progress notifications are trusted to tell that the watch
+    /// is current (every member runs an etcd that orders them with events,
+    /// see [`crate::progress`]); otherwise only the watch's own events do.
+    pub fn trusts_progress(&self) -> bool {
+        self.inner.progress_trusted
     }
 
     pub fn options(&self) -> &Options {
@@ -240,15 +219,11 @@ where
 impl Drop for EtcdFs {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
-            // Best effort: remove this client's heartbeat and marker keys.
+            // Revoke the session lease: the session record and marker go
+            // with it (if this fails, they expire after the TTL).
             let i = self.inner.clone();
             run_on(&rt, async move {
-                let mut kv = i.client.kv_client();
-                let lim = Duration::from_millis(300);
-                let _ = tokio::time::timeout(lim, kv.delete(i.keys.heartbeat(&i.client_id), None))
-                    .await;
-                let _ = tokio::time::timeout(lim, kv.delete(i.keys.op_marker(&i.client_id), None))
-                    .await;
+                i.close_session(Duration::from_millis(500)).await;
             });
             rt.shutdown_timeout(Duration::from_millis(200));
         }

@@ -120,6 +120,14 @@ impl Cluster {
         format!("{}{}", eps.join(","), prefix)
     }
 
+    /// `spec(prefix)`, formatted as a new volume (what a client needs
+    /// before it may connect).
+    pub fn volume(&self, prefix: &str) -> String {
+        let spec = self.spec(prefix);
+        format_volume(&spec);
+        spec
+    }
+
     /// Block until a write through some member succeeds.
     pub fn wait_ready(&self, limit: Duration) {
         let until = Instant::now() + limit;
@@ -228,6 +236,11 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// Format the prefix of `spec` as a new volume (`dcache format`).
+pub fn format_volume(spec: &str) -> dcache_etcd::Volume {
+    dcache_etcd::format(spec, &dcache_etcd::FormatOptions::default()).expect("format")
 }
 
 pub fn rt() -> tokio::runtime::Runtime {

@@ -114,6 +114,15 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
         (Some(daemon::detach(sink)?), None)
     };
     let started = start_serving(req, &at);
+    if let (Ok(_), Backend::Custom(c)) = (&started, &req.backend) {
+        // Still the caller's stdout: the mount is up, `tell` not sent.
+        if let Some(line) = c.notice.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            use std::io::Write;
+            // A closed stdout is no reason to fail a mount that is up.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+        }
+    }
     if let Some(r) = ready {
         // The parent exits now: 0, or 1 with the message.
         r.tell(started.as_ref().map(|_| ()).map_err(|m| m.as_str()));

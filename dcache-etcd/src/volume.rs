@@ -1,0 +1,445 @@
+//! A volume: the record `P/volume` that [`format`] writes before any client
+//! may use the prefix `P`, and that every client reads at connect.
+//!
+//! The record says what the namespace under `P` is: its UUID (16 bytes of
+//! /dev/urandom as a version-4 UUID), the layout's format version, the size
+//! of a data chunk and where file data is kept. Today that is `inline`
+//! (in etcd, as `P/c/<ino>/<chunk>` keys); the `store-url` field is left
+//! for an object store (`-`: none). A client refuses a record it cannot
+//! serve (a newer format, another chunk size, another store) rather than
+//! misread the namespace.
+
+use std::fmt;
+use std::time::Duration;
+
+use dcache::{Errno, FileType};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
+
+use crate::codec::{Keys, Rec, CHUNK, ROOT_INO};
+use crate::spec::{parse_spec, Spec};
+
+/// The layout version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first line of every record.
+const MAGIC: &str = "dcache-volume 1";
+
+/// An error with what to do about it: the errno a caller maps it to, and
+/// one line for a person (naming the prefix, the command to run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub errno: Errno,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(errno: Errno, message: impl Into<String>) -> Error {
+        Error {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for Errno {
+    fn from(e: Error) -> Errno {
+        e.errno
+    }
+}
+
+/// `ENOMEDIUM`: what connecting to a prefix that holds no volume returns.
+pub const ENOMEDIUM: Errno = Errno(libc::ENOMEDIUM);
+
+/// Where a volume keeps file data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataStore {
+    /// In etcd, 64 KiB a key (`P/c/`).
+    Inline,
+}
+
+/// The volume record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeRecord {
+    pub uuid: String,
+    pub format: u32,
+    pub chunk: u64,
+    pub store: DataStore,
+    /// Seconds since the Unix epoch when it was formatted (or adopted).
+    pub created: u64,
+}
+
+/// A volume a client joined or `format` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Volume {
+    pub record: VolumeRecord,
+    pub prefix: String,
+    /// The etcd cluster's id (from the response header).
+    pub cluster_id: u64,
+}
+
+impl fmt::Display for Volume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "volume {} (prefix {}) from etcd cluster {:016x}",
+            self.record.uuid, self.prefix, self.cluster_id
+        )
+    }
+}
+
+impl VolumeRecord {
+    /// A new record with a random UUID.
+    pub fn new() -> Result<VolumeRecord, Error> {
+        Ok(VolumeRecord {
+            uuid: new_uuid()?,
+            format: FORMAT_VERSION,
+            chunk: CHUNK,
+            store: DataStore::Inline,
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs(),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let store = match self.store {
+            DataStore::Inline => "inline",
+        };
+        format!(
+            "{MAGIC}\nuuid {}\nformat {}\nchunk {}\nstore {store}\nstore-url -\ncreated {}\n",
+            self.uuid, self.format, self.chunk, self.created
+        )
+        .into_bytes()
+    }
+
+    /// The record, or why this build cannot serve it (EIO).
+    pub fn decode(b: &[u8]) -> Result<VolumeRecord, Error> {
+        let bad = |why: &str| Error::new(Errno::EIO, format!("bad volume record: {why}"));
+        let s = std::str::from_utf8(b).map_err(|_| bad("not text"))?;
+        let mut lines = s.lines();
+        if lines.next() != Some(MAGIC) {
+            return Err(bad("not a dcache volume record"));
+        }
+        let (mut uuid, mut format, mut chunk, mut store, mut url, mut created) =
+            (None, None, None, None, None, None);
+        for l in lines {
+            let (k, v) = l.split_once(' ').unwrap_or((l, ""));
+            match k {
+                "uuid" => uuid = Some(v.to_string()),
+                "format" => format = v.parse::<u32>().ok(),
+                "chunk" => chunk = v.parse::<u64>().ok(),
+                "store" => store = Some(v.to_string()),
+                "store-url" => url = Some(v.to_string()),
+                "created" => created = v.parse::<u64>().ok(),
+                _ => {} // a field of a later version
+            }
+        }
+        let format = format.ok_or_else(|| bad("no format"))?;
+        if format > FORMAT_VERSION {
+            return Err(Error::new(
+                Errno::EIO,
+                format!(
+                    "the volume has format {format}; this dcache reads up to {FORMAT_VERSION}: \
+                     upgrade it"
+                ),
+            ));
+        }
+        let chunk = chunk.ok_or_else(|| bad("no chunk size"))?;
+        if chunk != CHUNK {
+            return Err(Error::new(
+                Errno::EIO,
+                format!("the volume's chunks are {chunk} bytes; this dcache uses {CHUNK}"),
+            ));
+        }
+        let store = match (store.as_deref(), url.as_deref()) {
+            (Some("inline"), None | Some("-")) => DataStore::Inline,
+            (s, u) => {
+                return Err(Error::new(
+                    Errno::EIO,
+                    format!(
+                        "the volume keeps its data in store {} {}, which this dcache cannot \
+                         reach (it knows only inline data)",
+                        s.unwrap_or("?"),
+                        u.unwrap_or("-")
+                    ),
+                ))
+            }
+        };
+        Ok(VolumeRecord {
+            uuid: uuid.filter(|u| is_uuid(u)).ok_or_else(|| bad("no uuid"))?,
+            format,
+            chunk,
+            store,
+            created: created.ok_or_else(|| bad("no creation time"))?,
+        })
+    }
+}
+
+/// A version-4 UUID from /dev/urandom.
+fn new_uuid() -> Result<String, Error> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Error::new(Errno::from_io(&e), format!("/dev/urandom: {e}")))?;
+    b[6] = (b[6] & 0x0f) | 0x40; // version 4
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    ))
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// What [`format`] may do.
+#[derive(Clone, Debug, Default)]
+pub struct FormatOptions {
+    /// Write the record over a namespace that a dcache-etcd from before
+    /// volumes created (its data kept as it is; its clients' heartbeat
+    /// keys `P/w/h/` deleted). Without it, a prefix holding any key is
+    /// refused.
+    pub adopt: bool,
+}
+
+/// The spec as a person would type it again (`etcd:EP,EP/prefix`).
+pub fn spec_string(spec: &Spec) -> String {
+    format!("etcd:{}{}", spec.endpoints.join(","), spec.prefix)
+}
+
+fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
+    Error::new(
+        Errno::EIO,
+        format!("cannot reach etcd at {}: {e}", spec.endpoints.join(",")),
+    )
+}
+
+/// A client of `spec`'s cluster.
+async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
+    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
+    Client::connect(spec.endpoints.clone(), Some(opts))
+        .await
+        .map_err(|e| unreachable(spec, e))
+}
+
+/// Run `f` to completion on a runtime of its own, within `limit`. From
+/// inside another runtime (which cannot block in place) it runs on a
+/// thread of its own.
+fn block<T: Send>(
+    spec: &Spec,
+    limit: Duration,
+    f: impl std::future::Future<Output = Result<T, Error>> + Send,
+) -> Result<T, Error> {
+    let run = || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::new(Errno::from_io(&e), format!("runtime: {e}")))?;
+        match rt.block_on(async { tokio::time::timeout(limit, f).await }) {
+            Ok(r) => r,
+            Err(_) => Err(unreachable(spec, format!("no answer within {limit:?}"))),
+        }
+    };
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(run)
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    } else {
+        run()
+    }
+}
+
+/// Format the prefix of `spec` (`[etcd:]ENDPOINT[,...][/prefix]`) as a
+/// new volume: its record and its root directory, in one transaction.
+/// Refused (EEXIST, saying why and what to do) when the prefix already
+/// holds a volume, or any key unless `opts.adopt`.
+pub fn format(spec: &str, opts: &FormatOptions) -> Result<Volume, Error> {
+    let spec = parse_spec(spec).map_err(|e| {
+        Error::new(
+            e,
+            format!("bad etcd spec {spec:?}: expected etcd:http://HOST:PORT[,...]/prefix"),
+        )
+    })?;
+    let limit = Duration::from_secs(10);
+    block(&spec, limit, format_on(&spec, opts, limit))
+}
+
+async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result<Volume, Error> {
+    let keys = Keys::new(&spec.prefix);
+    let again = spec_string(spec);
+    let mut c = client_of(spec, limit).await?;
+    {
+        let err = |e: etcd_client::Error| unreachable(spec, e);
+        let vkey = keys.volume();
+        let all = keys.all();
+        let root = keys.inode(ROOT_INO);
+        let existing = c.get(vkey.clone(), None).await.map_err(err)?;
+        if let Some(kv) = existing.kvs().first() {
+            let what = match VolumeRecord::decode(kv.value()) {
+                Ok(r) => format!("volume {}", r.uuid),
+                Err(e) => format!("a volume record ({e})"),
+            };
+            return Err(Error::new(
+                Errno::EEXIST,
+                format!(
+                    "etcd prefix {} already holds {what}; nothing written (mount it with \
+                     `dcache mount --backend {again} MOUNTPOINT`)",
+                    spec.prefix
+                ),
+            ));
+        }
+        let count = c
+            .get(
+                all.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await
+            .map_err(err)?
+            .count();
+        let root_rec = c.get(root.clone(), None).await.map_err(err)?;
+        let root_ok = root_rec
+            .kvs()
+            .first()
+            .is_some_and(|kv| Rec::decode(kv.value()).is_ok_and(|r| r.is_dir()));
+        if count > 0 && !opts.adopt {
+            let hint = if root_ok {
+                format!(
+                    "it looks like a namespace written by dcache-etcd before volumes: \
+                     `dcache format --adopt {again}` makes it a volume as it is"
+                )
+            } else {
+                "it is not a dcache namespace: choose another prefix".to_string()
+            };
+            return Err(Error::new(
+                Errno::EEXIST,
+                format!(
+                    "etcd prefix {} already holds {count} keys and no volume record; \
+                     nothing written ({hint})",
+                    spec.prefix
+                ),
+            ));
+        }
+        if count > 0 && !root_ok {
+            return Err(Error::new(
+                Errno::EEXIST,
+                format!(
+                    "etcd prefix {} holds {count} keys but no dcache root directory: \
+                     nothing to adopt; nothing written",
+                    spec.prefix
+                ),
+            ));
+        }
+        let record = VolumeRecord::new()?;
+        let mut cmps = vec![Compare::version(vkey.clone(), CompareOp::Equal, 0)];
+        let mut ops = vec![TxnOp::put(vkey.clone(), record.encode(), None)];
+        if count == 0 {
+            let mut r = Rec::new(FileType::Directory, 0o755, 0, 0);
+            r.nlink = 2;
+            r.size = 2 * crate::fs::DIRENT;
+            cmps.push(Compare::version(root.clone(), CompareOp::Equal, 0));
+            ops.push(TxnOp::put(root, r.encode(), None));
+            ops.push(TxnOp::put(
+                keys.parent(ROOT_INO),
+                ROOT_INO.to_le_bytes().to_vec(),
+                None,
+            ));
+        } else {
+            // The older clients' heartbeat keys: nothing reads them now.
+            let hb = keys.old_heartbeats();
+            ops.push(TxnOp::delete(hb, Some(DeleteOptions::new().with_prefix())));
+        }
+        let resp = c
+            .txn(Txn::new().when(cmps).and_then(ops))
+            .await
+            .map_err(err)?;
+        if !resp.succeeded() {
+            return Err(Error::new(
+                Errno::EEXIST,
+                format!(
+                    "etcd prefix {} was formatted by someone else meanwhile; nothing written",
+                    spec.prefix
+                ),
+            ));
+        }
+        Ok(Volume {
+            record,
+            prefix: spec.prefix.clone(),
+            cluster_id: resp.header().map(|h| h.cluster_id()).unwrap_or(0),
+        })
+    }
+}
+
+/// Delete every key under the prefix of `spec`, volume record included:
+/// the volume and all its data are gone. Returns how many keys were
+/// deleted. (For scratch volumes, such as `dcache bench`'s.)
+pub fn destroy(spec: &str) -> Result<i64, Error> {
+    let spec = parse_spec(spec).map_err(|e| Error::new(e, format!("bad etcd spec {spec:?}")))?;
+    let keys = Keys::new(&spec.prefix);
+    let limit = Duration::from_secs(10);
+    block(&spec, limit, async {
+        let mut c = client_of(&spec, limit).await?;
+        let r = c
+            .delete(keys.all(), Some(DeleteOptions::new().with_prefix()))
+            .await
+            .map_err(|e| unreachable(&spec, e))?;
+        Ok(r.deleted())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_refuse_what_they_cannot_serve() {
+        let r = VolumeRecord::new().unwrap();
+        assert!(is_uuid(&r.uuid), "{}", r.uuid);
+        assert_eq!(&r.uuid[14..15], "4");
+        assert_ne!(VolumeRecord::new().unwrap().uuid, r.uuid);
+        assert_eq!(VolumeRecord::decode(&r.encode()), Ok(r.clone()));
+        let text = String::from_utf8(r.encode()).unwrap();
+        for (from, to, says) in [
+            ("format 1", "format 2", "format 2"),
+            ("chunk 65536", "chunk 4096", "4096"),
+            ("store inline", "store s3", "s3"),
+            ("store-url -", "store-url s3://b", "s3://b"),
+        ] {
+            let e = VolumeRecord::decode(text.replace(from, to).as_bytes()).unwrap_err();
+            assert_eq!(e.errno, Errno::EIO);
+            assert!(e.message.contains(says), "{e}");
+        }
+        for bad in [
+            &b""[..],
+            b"dcache-volume 1\n",
+            b"\xff",
+            b"dcache-volume 1\nformat 1\n",
+        ] {
+            assert_eq!(VolumeRecord::decode(bad).unwrap_err().errno, Errno::EIO);
+        }
+        // A later version's extra field is ignored.
+        let more = format!("{text}colour blue\n");
+        assert_eq!(VolumeRecord::decode(more.as_bytes()), Ok(r));
+    }
+}
