@@ -269,6 +269,13 @@ fn start(
     };
     let notifier = Notifier::new(dev);
     start_invalidator(notifier.clone(), &inval).map_err(|e| other("invalidator", e))?;
+    // The kernel makes the root's inode owned by uid 0 and asks for its
+    // attributes only when something looks at it; until then (with
+    // default_permissions) it refuses a chmod, chown or utimens of the
+    // root by its real, non-root owner with EPERM, judging by that
+    // placeholder. One stat from here, now that the workers answer, gives
+    // it the real ones.
+    let _ = std::fs::metadata(at);
     Ok((
         Serving {
             workers,
