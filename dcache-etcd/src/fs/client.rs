@@ -325,9 +325,12 @@ impl Inner {
         }
     }
 
-    /// Create the root if this prefix is new.
+    /// Create the root if this prefix is new: mode 0755, owned by the
+    /// process that creates it, as a new memfs is (a user's mount of a new
+    /// prefix can then create in it; as root, owner 0 as before).
     pub(super) async fn init(&self, dl: Instant) -> Result<()> {
-        let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
+        let me = dcache::fs::Ctx::current();
+        let mut root = Rec::new(FileType::Directory, 0o755, me.uid, me.gid);
         root.nlink = 2;
         root.size = 2 * DIRENT;
         let k = self.keys.inode(ROOT_INO);
