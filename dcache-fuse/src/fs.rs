@@ -239,6 +239,12 @@ impl DcacheFs {
         Cred::of_task(h.uid, h.gid, h.pid, caps)
     }
 
+    /// The owner and group of the backend's root, as the Vfs has them.
+    pub(crate) fn root_owner(&self) -> Option<(u32, u32)> {
+        let p = self.core.vfs().root().inode()?.perm();
+        Some((p.uid, p.gid))
+    }
+
     /// Whether the backend can hold POSIX ACLs: it answers `getxattr` of
     /// the root's access ACL with something other than EOPNOTSUPP.
     fn backend_has_acls(&self) -> bool {
