@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -404,6 +404,28 @@ fn passthrough_serves_a_host_directory() {
     assert_eq!(fs::read(m("e/l")).unwrap(), b"from the host");
     fs::set_permissions(m("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(fs::metadata(h.join("d/f")).unwrap().mode() & 0o777, 0o600);
+    // A file created read-only is still the creator's to write through
+    // the creating open (git makes its objects so); a later open for
+    // writing is refused to its owner, allowed to root.
+    {
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(m("e/ro"))
+            .unwrap();
+        f.write_all(b"written once").unwrap();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "written once");
+    }
+    assert_eq!(fs::read(h.join("e/ro")).unwrap(), b"written once");
+    assert_eq!(fs::metadata(m("e/ro")).unwrap().mode() & 0o7777, 0o444);
+    let again = fs::OpenOptions::new().write(true).open(m("e/ro"));
+    let want = if is_root() { 0 } else { libc::EACCES };
+    assert_eq!(err_of(again), want);
     // A name created on the host appears in the mount.
     fs::write(h.join("d/new"), b"n").unwrap();
     assert_eq!(fs::read(m("d/new")).unwrap(), b"n");
