@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -118,9 +118,27 @@ fn memfs_through_std_fs() {
     // chmod, chown, utimens.
     fs::set_permissions(m("dir/a"), fs::Permissions::from_mode(0o640)).unwrap();
     assert_eq!(fs::metadata(m("dir/a")).unwrap().mode() & 0o7777, 0o640);
-    std::os::unix::fs::chown(m("dir/a"), Some(1234), Some(5678)).unwrap();
-    let md = fs::metadata(m("dir/a")).unwrap();
-    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    if root_part("memfs_through_std_fs", "chown to another user and group") {
+        std::os::unix::fs::chown(m("dir/a"), Some(1234), Some(5678)).unwrap();
+        let md = fs::metadata(m("dir/a")).unwrap();
+        assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    } else {
+        // A user may not give a file away, nor to a group it is not in;
+        // chown to itself is allowed and changes nothing.
+        let md = fs::metadata(m("dir/a")).unwrap();
+        let me = (md.uid(), md.gid());
+        assert_eq!(
+            err_of(std::os::unix::fs::chown(m("dir/a"), Some(1234), None)),
+            libc::EPERM
+        );
+        assert_eq!(
+            err_of(std::os::unix::fs::chown(m("dir/a"), None, Some(5678))),
+            libc::EPERM
+        );
+        std::os::unix::fs::chown(m("dir/a"), Some(me.0), Some(me.1)).unwrap();
+        let md = fs::metadata(m("dir/a")).unwrap();
+        assert_eq!((md.uid(), md.gid()), me);
+    }
     let t = std::time::UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789);
     fs::File::options()
         .write(true)
@@ -386,6 +404,28 @@ fn passthrough_serves_a_host_directory() {
     assert_eq!(fs::read(m("e/l")).unwrap(), b"from the host");
     fs::set_permissions(m("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(fs::metadata(h.join("d/f")).unwrap().mode() & 0o777, 0o600);
+    // A file created read-only is still the creator's to write through
+    // the creating open (git makes its objects so); a later open for
+    // writing is refused to its owner, allowed to root.
+    {
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(m("e/ro"))
+            .unwrap();
+        f.write_all(b"written once").unwrap();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "written once");
+    }
+    assert_eq!(fs::read(h.join("e/ro")).unwrap(), b"written once");
+    assert_eq!(fs::metadata(m("e/ro")).unwrap().mode() & 0o7777, 0o444);
+    let again = fs::OpenOptions::new().write(true).open(m("e/ro"));
+    let want = if is_root() { 0 } else { libc::EACCES };
+    assert_eq!(err_of(again), want);
     // A name created on the host appears in the mount.
     fs::write(h.join("d/new"), b"n").unwrap();
     assert_eq!(fs::read(m("d/new")).unwrap(), b"n");
@@ -500,12 +540,25 @@ fn negative_entries_and_options() {
     }
     assert_eq!(fs::read_dir(&d.mnt).unwrap().count(), 51);
     // access(2) is answered by the daemon: root may read and write
-    // anything but execute only what has an execute bit.
+    // anything but execute only what has an execute bit; the owner goes
+    // by the owner's bits alone.
     fs::set_permissions(m("later"), fs::Permissions::from_mode(0o000)).unwrap();
-    assert_eq!(access(&m("later"), libc::R_OK | libc::W_OK), Ok(()));
-    assert_eq!(access(&m("later"), libc::X_OK), Err(libc::EACCES));
+    if is_root() {
+        assert_eq!(access(&m("later"), libc::R_OK | libc::W_OK), Ok(()));
+        assert_eq!(access(&m("later"), libc::X_OK), Err(libc::EACCES));
+    } else {
+        for mask in [libc::R_OK, libc::W_OK, libc::X_OK] {
+            assert_eq!(access(&m("later"), mask), Err(libc::EACCES), "{mask}");
+        }
+        fs::set_permissions(m("later"), fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(access(&m("later"), libc::R_OK | libc::W_OK), Ok(()));
+        fs::set_permissions(m("later"), fs::Permissions::from_mode(0o100)).unwrap();
+        assert_eq!(access(&m("later"), libc::X_OK), Ok(()));
+    }
+    // Group execute: root's any execute bit; not the owner's.
     fs::set_permissions(m("later"), fs::Permissions::from_mode(0o010)).unwrap();
-    assert_eq!(access(&m("later"), libc::X_OK), Ok(()));
+    let want = if is_root() { Ok(()) } else { Err(libc::EACCES) };
+    assert_eq!(access(&m("later"), libc::X_OK), want);
     assert_eq!(access(&m("nothing"), libc::F_OK), Err(libc::ENOENT));
     assert_clean_exit(d.kill_with(libc::SIGINT));
 }

@@ -10,6 +10,7 @@
 mod fuse_common;
 
 use std::fs::{self, File};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -87,6 +88,12 @@ fn command_substitution_returns_once_mounted_and_the_log_gets_the_report() {
     assert_eq!(out, "rc=0\n\n", "took {took:?}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert!(is_mounted(&mnt), "returned, but not mounted");
+    // The mount's owner may chmod its root at once, before anything has
+    // looked at it: the daemon has the kernel fetch the root's attributes
+    // before the command returns (until then the kernel takes the root for
+    // root's and refuses a user EPERM; as root this cannot fail).
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(fs::metadata(&mnt).unwrap().mode() & 0o7777, 0o700);
     fs::write(mnt.join("f"), b"served").unwrap();
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"served");
     let st = Command::new("fusermount3")

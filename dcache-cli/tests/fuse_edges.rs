@@ -79,15 +79,51 @@ fn a_file_or_missing_mount_point_is_refused() {
     assert!(!missing.exists());
 }
 
+/// The options of the lower of two stacked mounts: none as root. A user
+/// mounts through fusermount3, which runs as root and which a FUSE mount
+/// without allow_other keeps out: `-o allow_other` where /etc/fuse.conf
+/// lets users ask for it (`user_allow_other`). Without that line, `None`
+/// after checking that the refusal names its cause, and a SKIPPED line.
+fn lower_options(test: &str) -> Option<&'static [&'static str]> {
+    if is_root() {
+        return Some(&[]);
+    }
+    let allowed = fs::read_to_string("/etc/fuse.conf")
+        .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"));
+    if allowed {
+        return Some(&["-o", "allow_other"]);
+    }
+    let lower = Daemon::start("mem", &[]);
+    let (status, err) = mount_fails(&[], &lower.mnt);
+    let status = status.expect("dcache mount still running");
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("a FUSE mount that lets in only its owner") && err.contains("allow_other"),
+        "{err}"
+    );
+    assert_eq!(mounts_at(&lower.mnt), 1, "{err}");
+    assert!(lower.prune().ends_with("0 nodes still referenced"));
+    assert_clean_exit(lower.fusermount_u());
+    println!(
+        "SKIPPED {test}: stacking a user's mount on a user's mount needs \
+         user_allow_other in /etc/fuse.conf (the refusal and its message checked)"
+    );
+    None
+}
+
 /// Item: two daemons stacked on one directory. `fusermount3 -u` of the
 /// top ends the top daemon only: the lower one keeps serving its files,
 /// and unmounts cleanly afterwards.
 #[test]
 fn unmounting_the_top_of_stacked_mounts_leaves_the_lower_daemon() {
-    if !fuse_or_skip("unmounting_the_top_of_stacked_mounts_leaves_the_lower_daemon") {
+    const T: &str = "unmounting_the_top_of_stacked_mounts_leaves_the_lower_daemon";
+    if !fuse_or_skip(T) {
         return;
     }
-    let lower = Daemon::start("mem", &[]);
+    let Some(opts) = lower_options(T) else {
+        return;
+    };
+    let lower = Daemon::start("mem", opts);
     fs::write(lower.path("f"), b"lower").unwrap();
     let upper = Daemon::start_on("mem", &[], lower.mnt.clone(), tempfile::tempdir().unwrap());
     assert_eq!(mounts_at(&lower.mnt), 2);
@@ -112,10 +148,14 @@ fn unmounting_the_top_of_stacked_mounts_leaves_the_lower_daemon() {
 /// keeps serving; once the top is gone, the next signal unmounts its own.
 #[test]
 fn a_signal_to_a_covered_daemon_leaves_the_top_mount() {
-    if !fuse_or_skip("a_signal_to_a_covered_daemon_leaves_the_top_mount") {
+    const T: &str = "a_signal_to_a_covered_daemon_leaves_the_top_mount";
+    if !fuse_or_skip(T) {
         return;
     }
-    let lower = Daemon::start("mem", &[]);
+    let Some(opts) = lower_options(T) else {
+        return;
+    };
+    let lower = Daemon::start("mem", opts);
     let upper = Daemon::start_on("mem", &[], lower.mnt.clone(), tempfile::tempdir().unwrap());
     lower.signal(libc::SIGTERM);
     assert!(

@@ -355,7 +355,10 @@ async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result
         let mut cmps = vec![Compare::version(vkey.clone(), CompareOp::Equal, 0)];
         let mut ops = vec![TxnOp::put(vkey.clone(), record.encode(), None)];
         if count == 0 {
-            let mut r = Rec::new(FileType::Directory, 0o755, 0, 0);
+            // Owned by whoever formats, as a new memfs's root is (a user's
+            // volume is then writable by that user's mounts).
+            let me = dcache::fs::Ctx::current();
+            let mut r = Rec::new(FileType::Directory, 0o755, me.uid, me.gid);
             r.nlink = 2;
             r.size = 2 * crate::fs::DIRENT;
             cmps.push(Compare::version(root.clone(), CompareOp::Equal, 0));

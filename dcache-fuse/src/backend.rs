@@ -193,33 +193,39 @@ fn text(s: String) -> ShowFn {
 /// kernel/uptime_ms                          milliseconds since mount
 /// kernel/message                            what was last written to it
 /// ```
+///
+/// Every node belongs to the user serving it (root's tree when root
+/// serves it): a user's mount, which only that user may enter, can then
+/// write `kernel/message`.
 fn demo_tree(fs: &KernFs) -> dcache::Result<()> {
-    let root = fs.root();
+    let me = dcache::fs::Ctx::current();
+    let own = |ino| fs.set_owner(ino, me.uid, me.gid).map(|()| ino);
+    let root = own(fs.root())?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let range = if cpus == 1 {
         "0\n".to_string()
     } else {
         format!("0-{}\n", cpus - 1)
     };
-    let devices = fs.create_dir(root, "devices", 0o755)?;
-    let system = fs.create_dir(devices, "system", 0o755)?;
-    let cpu = fs.create_dir(system, "cpu", 0o755)?;
-    fs.create_file(cpu, "online", 0o444, text(range.clone()), None)?;
-    fs.create_file(cpu, "possible", 0o444, text(range), None)?;
-    let bus = fs.create_dir(root, "bus", 0o755)?;
-    let bus_cpu = fs.create_dir(bus, "cpu", 0o755)?;
-    let bus_devices = fs.create_dir(bus_cpu, "devices", 0o755)?;
+    let devices = own(fs.create_dir(root, "devices", 0o755)?)?;
+    let system = own(fs.create_dir(devices, "system", 0o755)?)?;
+    let cpu = own(fs.create_dir(system, "cpu", 0o755)?)?;
+    own(fs.create_file(cpu, "online", 0o444, text(range.clone()), None)?)?;
+    own(fs.create_file(cpu, "possible", 0o444, text(range), None)?)?;
+    let bus = own(fs.create_dir(root, "bus", 0o755)?)?;
+    let bus_cpu = own(fs.create_dir(bus, "cpu", 0o755)?)?;
+    let bus_devices = own(fs.create_dir(bus_cpu, "devices", 0o755)?)?;
     for k in 0..cpus {
         let name = format!("cpu{k}");
-        let d = fs.create_dir(cpu, &name, 0o755)?;
-        fs.create_file(d, "online", 0o644, text("1\n".into()), None)?;
-        fs.create_link(bus_devices, &name, d)?;
+        let d = own(fs.create_dir(cpu, &name, 0o755)?)?;
+        own(fs.create_file(d, "online", 0o644, text("1\n".into()), None)?)?;
+        own(fs.create_link(bus_devices, &name, d)?)?;
     }
-    let kernel = fs.create_dir(root, "kernel", 0o755)?;
+    let kernel = own(fs.create_dir(root, "kernel", 0o755)?)?;
     let start = Instant::now();
     let uptime: ShowFn =
         Box::new(move || format!("{}\n", start.elapsed().as_millis()).into_bytes());
-    fs.create_file(kernel, "uptime_ms", 0o444, uptime, None)?;
+    own(fs.create_file(kernel, "uptime_ms", 0o444, uptime, None)?)?;
     let msg = Arc::new(Mutex::new(b"hello\n".to_vec()));
     let m = msg.clone();
     let show: ShowFn = Box::new(move || m.lock().map(|v| v.clone()).unwrap_or_default());
@@ -229,7 +235,7 @@ fn demo_tree(fs: &KernFs) -> dcache::Result<()> {
         }
         Ok(data.len())
     });
-    fs.create_file(kernel, "message", 0o644, show, Some(store))?;
+    own(fs.create_file(kernel, "message", 0o644, show, Some(store))?)?;
     Ok(())
 }
 

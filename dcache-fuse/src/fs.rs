@@ -239,6 +239,12 @@ impl DcacheFs {
         Cred::of_task(h.uid, h.gid, h.pid, caps)
     }
 
+    /// The owner and group of the backend's root, as the Vfs has them.
+    pub(crate) fn root_owner(&self) -> Option<(u32, u32)> {
+        let p = self.core.vfs().root().inode()?.perm();
+        Some((p.uid, p.gid))
+    }
+
     /// Whether the backend can hold POSIX ACLs: it answers `getxattr` of
     /// the root's access ACL with something other than EOPNOTSUPP.
     fn backend_has_acls(&self) -> bool {
@@ -447,8 +453,12 @@ impl Handler for DcacheFs {
         // Passthrough I/O: only where the backend keeps host files, and not
         // around the page cache (the kernel refuses FOPEN_DIRECT_IO with
         // a backing file).
+        // And only for a daemon the kernel lets register backing files
+        // (CAP_SYS_ADMIN): asked for in vain, it would cost
+        // HANDLE_KILLPRIV_V2 below.
         let host_files = self.core.vfs().backend().has_host_files();
-        if self.cfg.passthrough_io && host_files && !self.cfg.direct_io {
+        let may_register = backing::may_register();
+        if self.cfg.passthrough_io && host_files && !self.cfg.direct_io && may_register {
             want |= init::PASSTHROUGH;
         }
         // Zero-trip opens: when the kernel checks permissions itself (with
@@ -494,6 +504,8 @@ impl Handler for DcacheFs {
                 "off (-o no_passthrough_io)"
             } else if self.cfg.direct_io {
                 "off (direct_io)"
+            } else if !may_register {
+                "off (the kernel registers backing files only for a daemon with CAP_SYS_ADMIN)"
             } else if got & init::PASSTHROUGH == 0 {
                 "off (the kernel does not offer FUSE_PASSTHROUGH)"
             } else {

@@ -80,6 +80,23 @@ pub fn skip_if_off(test: &str, feature: &str) -> bool {
     off
 }
 
+/// Whether this test runs as root (scripts/nonroot-tests.sh runs the
+/// suites as uid 65534, mounting through fusermount3).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether the root-only part `what` of `test` runs: true as root; else
+/// false after one line containing SKIPPED.
+pub fn root_part(test: &str, what: &str) -> bool {
+    let root = is_root();
+    if !root {
+        println!("SKIPPED {test}: {what} (needs root)");
+    }
+    root
+}
+
 /// Poll `cond` every 10 ms for at most `limit`.
 pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -229,6 +246,11 @@ impl Daemon {
             d.stderr()
         );
         d.dev = top_dev(&d.mnt);
+        // With -f nothing says when the daemon has answered INIT and
+        // fetched the root's attributes; until the kernel has them it
+        // takes the root for root's (a user's chmod of it is EPERM). A
+        // stat here waits for both.
+        let _ = std::fs::metadata(&d.mnt);
         d
     }
 

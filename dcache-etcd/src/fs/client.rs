@@ -373,9 +373,11 @@ impl Inner {
     }
 
     /// Create the root if it is missing (`format` creates it with the
-    /// volume record; an adopted namespace has one).
+    /// volume record; an adopted namespace has one): mode 0755, owned by
+    /// the process that creates it, as a new memfs is.
     pub(super) async fn init(&self, dl: Instant) -> Result<()> {
-        let mut root = Rec::new(FileType::Directory, 0o755, 0, 0);
+        let me = dcache::fs::Ctx::current();
+        let mut root = Rec::new(FileType::Directory, 0o755, me.uid, me.gid);
         root.nlink = 2;
         root.size = 2 * DIRENT;
         let k = self.keys.inode(ROOT_INO);

@@ -6,9 +6,13 @@
 //! to name the same backing (EBUSY otherwise), so an inode has one id
 //! while any of its files is open here, given back at the last RELEASE.
 //!
-//! Where the kernel refuses (no CAP_SYS_ADMIN, a stacking depth it does not
-//! allow) the first failure is logged and the mount goes on without
-//! passthrough; requests then carry the I/O as before.
+//! The kernel registers backing files only for a daemon with
+//! CAP_SYS_ADMIN ([`may_register`]): without it (a user's daemon, mounted
+//! through fusermount3) passthrough is not asked for at all, which keeps
+//! FUSE_HANDLE_KILLPRIV_V2 (the two exclude each other). Where the kernel
+//! refuses anyway (a stacking depth it does not allow) the first failure
+//! is logged and the mount goes on without passthrough; requests then
+//! carry the I/O as before.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +21,24 @@ use std::sync::{Mutex, MutexGuard};
 use crate::core::FuseCore;
 use crate::handles::Fh;
 use crate::wire::dev::Dev;
+
+/// Linux's `CAP_SYS_ADMIN`, which `FUSE_DEV_IOC_BACKING_OPEN` requires.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether this process may register backing files: `CAP_SYS_ADMIN` in
+/// its effective set (`CapEff` of /proc/self/status; false if unreadable).
+pub(crate) fn may_register() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| has_cap(&s, CAP_SYS_ADMIN))
+}
+
+/// Whether the `CapEff:` line of a /proc status text has capability `cap`.
+fn has_cap(status: &str, cap: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << cap) != 0)
+}
 
 #[derive(Default)]
 struct State {
@@ -112,5 +134,23 @@ impl Backing {
     /// Backing ids registered now (for tests and the usage line).
     pub(crate) fn registered(&self) -> usize {
         self.lock().by_ino.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_lines() {
+        let root = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        assert!(has_cap(root, CAP_SYS_ADMIN));
+        let user = "CapPrm:\t000001ffffffffff\nCapEff:\t0000000000000000\n";
+        assert!(!has_cap(user, CAP_SYS_ADMIN));
+        // Only that bit: CAP_DAC_OVERRIDE and CAP_FOWNER are not enough.
+        assert!(!has_cap("CapEff:\t0000000000000009\n", CAP_SYS_ADMIN));
+        assert!(has_cap("CapEff:\t0000000000200000\n", CAP_SYS_ADMIN));
+        assert!(!has_cap("no such line\n", CAP_SYS_ADMIN));
+        assert!(!has_cap("CapEff:\tnot hex\n", CAP_SYS_ADMIN));
     }
 }

@@ -237,6 +237,7 @@ fn start(
         Allow::OwnerAndRoot => Access::OwnerAndRoot(unsafe { libc::geteuid() }),
         Allow::Owner | Allow::All => Access::Kernel,
     };
+    let root_not_roots = fs.root_owner().is_some_and(|owner| owner != (0, 0));
     let fs = Arc::new(fs);
     let (rings, why) = if agreed.flags & init::OVER_IO_URING != 0 {
         match uring::start(
@@ -278,6 +279,15 @@ fn start(
     };
     let notifier = Notifier::new(dev);
     start_invalidator(notifier.clone(), &inval).map_err(|e| other("invalidator", e))?;
+    // The kernel makes the root's inode owned by uid and gid 0 and asks
+    // for its attributes only when something looks at it; until then
+    // (with default_permissions) it refuses a chmod, chown or utimens of
+    // the root by its real, non-root owner with EPERM, judging by that
+    // placeholder. Where the root is not root's (a user's daemon), one
+    // stat from here, now that the workers answer, gives it the real ones.
+    if root_not_roots {
+        let _ = std::fs::metadata(at);
+    }
     Ok((
         Serving {
             workers,

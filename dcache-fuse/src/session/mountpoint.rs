@@ -123,8 +123,9 @@ fn umount(at: &Path, flags: i32) -> io::Result<()> {
 /// Why mounting on `mountpoint` failed (error `e`), naming the
 /// real cause rather than blaming the mount point: /dev/fuse that cannot
 /// be opened (missing module, or not open to this user), a missing
-/// `fusermount3` (how a non-root user mounts), or fusermount3's own
-/// message.
+/// `fusermount3` (how a non-root user mounts), fusermount3's own
+/// message, and why fusermount3 could not enter a mount point that is
+/// itself a FUSE mount.
 pub(crate) fn mount_failed(mountpoint: &Path, e: &io::Error) -> String {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
@@ -133,17 +134,27 @@ pub(crate) fn mount_failed(mountpoint: &Path, e: &io::Error) -> String {
         .write(true)
         .open("/dev/fuse")
         .err();
-    explain_mount_error(mountpoint, e, root, dev.as_ref(), &fusermount())
+    let on_fuse = std::fs::canonicalize(mountpoint).is_ok_and(|at| {
+        mountinfo::read().is_ok_and(|all| {
+            mountinfo::top(&all, &at).is_some_and(|m| m.fstype.starts_with("fuse"))
+        })
+    });
+    explain_mount_error(mountpoint, e, root, dev.as_ref(), &fusermount(), on_fuse)
 }
 
+/// What fusermount3 says when it may not look at the mount point.
+const HELPER_DENIED: &str = "failed to access mountpoint";
+
 /// [`mount_failed`] given what it found: whether we are root, the error
-/// opening /dev/fuse (if any), and the mount helper.
+/// opening /dev/fuse (if any), the mount helper, and whether the mount
+/// point is the root of a FUSE mount.
 fn explain_mount_error(
     mountpoint: &Path,
     e: &io::Error,
     root: bool,
     dev_fuse: Option<&io::Error>,
     helper: &Result<PathBuf, String>,
+    on_fuse: bool,
 ) -> String {
     if let Some(d) = dev_fuse {
         let errno = Errno::from_io(d);
@@ -169,11 +180,24 @@ fn explain_mount_error(
     match e.raw_os_error() {
         Some(n) => format!("cannot mount on {}: {}", mountpoint.display(), Errno(n)),
         // fusermount3's message ("fusermount3: ..."), or ours.
-        None => format!(
-            "cannot mount on {}: {}",
-            mountpoint.display(),
-            e.to_string().trim()
-        ),
+        None => {
+            let msg = e.to_string();
+            // A FUSE mount without allow_other lets in only processes
+            // whose every uid is its owner's: not the setuid fusermount3,
+            // which therefore cannot stack a user's mount on it.
+            let hint = if on_fuse && !root && msg.contains(HELPER_DENIED) {
+                " (the mount point is a FUSE mount that lets in only its owner, and \
+                 fusermount3 runs as root: mount that one with -o allow_other, which \
+                 /etc/fuse.conf allows users with user_allow_other)"
+            } else {
+                ""
+            };
+            format!(
+                "cannot mount on {}: {}{hint}",
+                mountpoint.display(),
+                msg.trim()
+            )
+        }
     }
 }
 
@@ -242,7 +266,7 @@ mod tests {
         let acces = io(libc::EACCES);
         // /dev/fuse not open to a non-root user: /dev/fuse, not the
         // mount point.
-        let m = explain_mount_error(mnt, &io(libc::EACCES), false, Some(&acces), &helper);
+        let m = explain_mount_error(mnt, &io(libc::EACCES), false, Some(&acces), &helper, false);
         assert!(
             m.starts_with("cannot mount: cannot open /dev/fuse: EACCES: Permission denied ("),
             "{m}"
@@ -254,6 +278,7 @@ mod tests {
             true,
             Some(&io(libc::ENOENT)),
             &helper,
+            false,
         );
         assert!(
             m.contains("/dev/fuse: ENOENT") && m.contains("modprobe fuse"),
@@ -261,7 +286,7 @@ mod tests {
         );
         // No fusermount3 where the mount looks for it.
         let none = Err("fusermount3".to_string());
-        let m = explain_mount_error(mnt, &io(libc::ENOENT), false, None, &none);
+        let m = explain_mount_error(mnt, &io(libc::ENOENT), false, None, &none, false);
         assert!(
             m.starts_with("cannot mount: fusermount3 not found ("),
             "{m}"
@@ -271,14 +296,32 @@ mod tests {
             io::ErrorKind::PermissionDenied,
             "fusermount3: option allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf\n",
         );
-        let m = explain_mount_error(mnt, &fm, false, None, &helper);
+        let m = explain_mount_error(mnt, &fm, false, None, &helper, false);
         assert_eq!(
             m,
             "cannot mount on /mnt/x: fusermount3: option allow_other only allowed if \
              'user_allow_other' is set in /etc/fuse.conf"
         );
+        // fusermount3 kept out of a user's FUSE mount it was to stack on.
+        let denied = io::Error::other(
+            "/usr/bin/fusermount3: failed to access mountpoint /mnt/x: Permission denied\n",
+        );
+        let m = explain_mount_error(mnt, &denied, false, None, &helper, true);
+        assert!(
+            m.starts_with("cannot mount on /mnt/x: /usr/bin/fusermount3: failed to access mountpoint /mnt/x: Permission denied (the mount point is a FUSE mount"),
+            "{m}"
+        );
+        assert!(
+            m.contains("-o allow_other") && m.contains("user_allow_other"),
+            "{m}"
+        );
+        // Not on a FUSE mount (or as root): the message alone.
+        for (root, on_fuse) in [(false, false), (true, true)] {
+            let m = explain_mount_error(mnt, &denied, root, None, &helper, on_fuse);
+            assert!(!m.contains("allow_other"), "{m}");
+        }
         // Anything else is the mount point's, by errno name.
-        let m = explain_mount_error(mnt, &io(libc::EINVAL), true, None, &helper);
+        let m = explain_mount_error(mnt, &io(libc::EINVAL), true, None, &helper, false);
         assert_eq!(m, "cannot mount on /mnt/x: EINVAL: Invalid argument");
     }
 }

@@ -56,6 +56,16 @@
 //! daemon's umask removed from the requested ones are restored, since the
 //! caller already applied its own umask. Access checks are the host's, made
 //! with the daemon's credentials.
+//!
+//! The open that follows a create (FUSE's CREATE; `open(O_CREAT)` through
+//! the Vfs) is the creator's: Linux gives it the access it asked for
+//! whatever the new mode (git writes its objects through a 0444 file made
+//! so). A root daemon reopens the file anyway (CAP_DAC_OVERRIDE); a
+//! non-root one creates a file its own mode leaves it no read or write on
+//! with `open(O_CREAT | O_EXCL | O_RDWR)` and keeps that descriptor for the
+//! next open of the file, which the host would refuse (a few at most: a
+//! create the Vfs makes without an open leaves its descriptor until later
+//! ones push it out).
 
 mod anchor;
 mod fileops;
@@ -66,9 +76,10 @@ mod sys;
 mod xattr;
 
 use std::ffi::CString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use self::handles::HandleTable;
@@ -146,8 +157,21 @@ pub struct Passthrough {
     negative_ttl_ns: u64,
     /// Whether new objects can be given to the caller (see module docs).
     daemon_is_root: bool,
+    /// Files just created by a non-root daemon with modes that deny it
+    /// access, with the descriptor their create opened (module docs).
+    created: Mutex<Vec<Created>>,
     opts: PassthroughOptions,
 }
+
+/// A file created with [`sys::create_open`], its inode and descriptor.
+struct Created {
+    ino: Ino,
+    key: sys::HostKey,
+    fd: OwnedFd,
+}
+
+/// How many [`Created`] descriptors are kept at most.
+const CREATED_KEPT: usize = 16;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -174,6 +198,7 @@ impl Passthrough {
             positive_ttl_ns: nanos(opts.entry_ttl.min(opts.attr_ttl)),
             negative_ttl_ns: nanos(opts.entry_ttl),
             daemon_is_root: Ctx::current().uid == 0,
+            created: Mutex::new(Vec::new()),
             opts,
         })
     }
@@ -216,6 +241,15 @@ impl Passthrough {
         let attr = sys::to_attr(ino, st)?;
         inode.record_times(st);
         Ok(attr)
+    }
+
+    /// The descriptor `create` kept for `ino` (the same host inode), if
+    /// any; taken, so that only the open right after the create gets it.
+    fn take_created(&self, ino: Ino, inode: &Inode) -> Option<OwnedFd> {
+        let mut kept = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let i = kept.iter().position(|c| c.ino == ino)?;
+        let c = kept.remove(i);
+        (c.key == inode.key).then_some(c.fd)
     }
 
     fn stat_attr(&self, ino: Ino, inode: &Inode) -> Result<Attr> {
@@ -393,7 +427,32 @@ impl FileSystem for Passthrough {
     }
 
     fn create(&self, dir: Ino, name: &[u8], perm: u16, ctx: Ctx) -> Result<Attr> {
-        self.mknod(dir, name, FileType::Regular, perm, 0, ctx)
+        if self.daemon_is_root || perm & 0o600 == 0o600 {
+            return self.mknod(dir, name, FileType::Regular, perm, 0, ctx);
+        }
+        // A mode that leaves the daemon (its owner) no read or write: the
+        // open that follows could not reopen it; keep the creating one.
+        let (dir, name) = self.dir_and_name(dir, name)?;
+        let fd = sys::create_open(
+            self.inodes.fd(&dir)?.as_fd(),
+            &name,
+            u32::from(perm) & 0o7777,
+        )?;
+        let key = sys::stat_fd(fd.as_fd()).map(|st| sys::host_key(&st));
+        let attr = self.finish_create(&dir, &name, Some(perm), ctx, 0)?;
+        let Ok(key) = key else {
+            return Ok(attr);
+        };
+        let mut kept = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= CREATED_KEPT {
+            kept.remove(0);
+        }
+        kept.push(Created {
+            ino: attr.ino,
+            key,
+            fd,
+        });
+        Ok(attr)
     }
 
     fn mknod(
@@ -501,9 +560,19 @@ impl FileSystem for Passthrough {
         }
         // The object exists already; O_NOFOLLOW would stop the magic link.
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW);
-        let fd = self
+        let created = self.take_created(ino, &inode);
+        let fd = match self
             .inodes
-            .retry_fds(|| sys::reopen(self.inodes.fd(&inode)?.as_fd(), flags))?;
+            .retry_fds(|| sys::reopen(self.inodes.fd(&inode)?.as_fd(), flags))
+        {
+            // The creator's open of a file whose mode denies the daemon.
+            Err(Errno::EACCES) if created.is_some() => {
+                let fd = created.ok_or(Errno::EACCES)?;
+                sys::set_status_flags(fd.as_fd(), flags)?;
+                fd
+            }
+            r => r?,
+        };
         Ok(self.handles.insert(ino, fd))
     }
 

@@ -209,6 +209,24 @@ pub(crate) fn mknod_at(dir: BorrowedFd<'_>, name: &CName, mode: u32, rdev: u64) 
     })
 }
 
+/// Create the regular file `dir/name` (which must not exist) with `perm`
+/// and open it for reading and writing, whatever `perm` allows: what
+/// open(2) with `O_CREAT | O_EXCL` gives its caller.
+pub(crate) fn create_open(dir: BorrowedFd<'_>, name: &CName, perm: u32) -> Result<OwnedFd> {
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is NUL-terminated and `dir` is live; with O_CREAT the
+    // mode argument is read.
+    check_fd(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, perm as libc::c_uint) })
+}
+
+/// Give `fd` the status flags of `flags` that `fcntl(F_SETFL)` can change
+/// (O_APPEND, O_DIRECT, O_NOATIME, O_NONBLOCK); the others are left out.
+pub(crate) fn set_status_flags(fd: BorrowedFd<'_>, flags: i32) -> Result<()> {
+    let keep = flags & (libc::O_APPEND | libc::O_DIRECT | libc::O_NOATIME | libc::O_NONBLOCK);
+    // SAFETY: `fd` is live; F_SETFL takes an int.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, keep) })
+}
+
 pub(crate) fn mkdir_at(dir: BorrowedFd<'_>, name: &CName, perm: u32) -> Result<()> {
     // SAFETY: `name` is NUL-terminated and `dir` is live.
     check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), perm as libc::mode_t) })
