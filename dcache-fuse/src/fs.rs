@@ -54,6 +54,8 @@ pub struct FsConfig {
     pub max_nodes: usize,
     /// Ask for zero-trip opens where they apply (`-o zero_trip_open`).
     pub zero_trip_open: bool,
+    /// Ask for FUSE_WRITEBACK_CACHE (`-o writeback_cache`).
+    pub writeback_cache: bool,
     /// Ask for FUSE_POSIX_ACL / FUSE_DONT_MASK where the backend keeps
     /// attributes (`-o posix_acl`).
     pub posix_acl: bool,
@@ -79,6 +81,9 @@ pub struct DcacheFs {
     /// The backend keeps POSIX ACLs but the kernel did not take
     /// FUSE_POSIX_ACL: the mount offers none (see `core::is_acl`).
     acls_hidden: bool,
+    /// The kernel caches writes (FUSE_WRITEBACK_CACHE negotiated): opens
+    /// are widened for its reads (`open_flags_for`).
+    writeback: bool,
     /// When the kernel may next be asked to drop nodes.
     budget: budget::NodeBudget,
     /// Backing files for passthrough I/O.
@@ -165,6 +170,7 @@ impl DcacheFs {
             inval,
             umask_here: false,
             acls_hidden: false,
+            writeback: false,
             budget: budget::NodeBudget::new(),
             backing: backing::Backing::new(cfg.log),
             no_opendir: false,
@@ -261,6 +267,24 @@ impl DcacheFs {
 
     /// [`cred`](Self::cred) for a create, mkdir or mknod: with the
     /// request's umask when the kernel left it to us.
+    /// The flags to open a file with for an OPEN or CREATE carrying
+    /// `flags`. With a writeback cache the kernel reads pages to fill
+    /// partial writes (on a write-only open too) and places appends
+    /// itself, sending each write at its offset: so write-only opens are
+    /// made read-write and O_APPEND is dropped (the kernel has checked the
+    /// caller's open as asked: `writeback_cache` needs
+    /// `default_permissions`).
+    fn open_flags_for(&self, flags: u32) -> i32 {
+        let mut f = flags as i32;
+        if self.writeback {
+            f &= !libc::O_APPEND;
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        f
+    }
+
     fn create_cred(&self, h: &Header, umask: u32) -> Cred {
         let cred = self.cred(h);
         if self.umask_here {
@@ -458,7 +482,12 @@ impl Handler for DcacheFs {
         // HANDLE_KILLPRIV_V2 below.
         let host_files = self.core.vfs().backend().has_host_files();
         let may_register = backing::may_register();
-        if self.cfg.passthrough_io && host_files && !self.cfg.direct_io && may_register {
+        // A writeback cache: the kernel keeps written pages and sends
+        // them later, merged. Linux does not combine it with passthrough
+        // I/O (it would refuse the backing files).
+        if self.cfg.writeback_cache {
+            want |= init::WRITEBACK_CACHE;
+        } else if self.cfg.passthrough_io && host_files && !self.cfg.direct_io && may_register {
             want |= init::PASSTHROUGH;
         }
         // Zero-trip opens: when the kernel checks permissions itself (with
@@ -502,6 +531,8 @@ impl Handler for DcacheFs {
         if self.cfg.log && host_files {
             let why = if !self.cfg.passthrough_io {
                 "off (-o no_passthrough_io)"
+            } else if self.cfg.writeback_cache {
+                "off (writeback_cache)"
             } else if self.cfg.direct_io {
                 "off (direct_io)"
             } else if !may_register {
@@ -516,6 +547,15 @@ impl Handler for DcacheFs {
         let both = init::DONT_MASK | init::POSIX_ACL;
         self.umask_here = got & both == both;
         self.acls_hidden = got & init::POSIX_ACL == 0 && self.backend_has_acls();
+        self.writeback = got & init::WRITEBACK_CACHE != 0;
+        if self.cfg.log && self.cfg.writeback_cache {
+            let how = if self.writeback {
+                "on"
+            } else {
+                "off (the kernel does not offer FUSE_WRITEBACK_CACHE)"
+            };
+            eprintln!("dcache: writeback cache {how}");
+        }
         if self.cfg.log && self.acls_hidden {
             let why = if self.cfg.posix_acl {
                 "the kernel does not offer FUSE_POSIX_ACL"

@@ -11,6 +11,7 @@
 //! | `readdirplus` / `no_readdirplus` | answer `ls -l` with one request per page (default on) |
 //! | `direct_io` / `no_direct_io` | bypass the page cache (default: only kernfs) |
 //! | `passthrough_io` / `no_passthrough_io` | the kernel does the I/O of passthrough's host files itself (FUSE passthrough, needs root; default on) |
+//! | `writeback_cache` / `no_writeback_cache` | the kernel keeps written data in its page cache and sends it later, merged (FUSE_WRITEBACK_CACHE; default off; needs `default_permissions`; turns passthrough I/O off; see docs/DESIGN.md for what it changes) |
 //! | `zero_trip_open` / `no_zero_trip_open` | let the kernel open files and directories without asking where nothing needs the open (FUSE_NO_OPEN_SUPPORT, FUSE_NO_OPENDIR_SUPPORT; default on, only with `default_permissions`) |
 //! | `posix_acl` / `no_posix_acl` | have the kernel check POSIX ACLs and leave the umask to the daemon (FUSE_POSIX_ACL, FUSE_DONT_MASK; default on for backends that keep attributes) |
 //! | `killpriv` / `no_killpriv` | have the kernel say who wrote or truncated, so set-id bits drop by Linux's rule (FUSE_HANDLE_KILLPRIV_V2; default on) |
@@ -43,6 +44,8 @@ direct_io               read and write around the page cache (default: kernfs)
 no_direct_io            use the page cache
 passthrough_io          the kernel reads and writes passthrough's host files itself (default, as root)
 no_passthrough_io       every read and write goes through the daemon
+writeback_cache         the kernel caches writes and sends them later, merged (default off)
+no_writeback_cache      every write reaches the daemon before write(2) returns (default)
 zero_trip_open          the kernel opens without asking where nothing needs the open (default)
 no_zero_trip_open       every open and opendir is a request
 posix_acl               the kernel checks POSIX ACLs, the daemon applies the umask (default)
@@ -146,6 +149,8 @@ pub struct MountOptions {
     /// Ask for FUSE_NO_OPEN_SUPPORT / FUSE_NO_OPENDIR_SUPPORT where they
     /// apply (`zero_trip_open`, default on).
     pub zero_trip_open: bool,
+    /// Ask for FUSE_WRITEBACK_CACHE (`writeback_cache`, default off).
+    pub writeback_cache: bool,
     /// Ask for FUSE_POSIX_ACL and FUSE_DONT_MASK where the backend keeps
     /// attributes (`posix_acl`, default on).
     pub posix_acl: bool,
@@ -204,6 +209,7 @@ impl Default for MountOptions {
             direct_io: None,
             passthrough_io: true,
             zero_trip_open: true,
+            writeback_cache: false,
             posix_acl: true,
             killpriv: true,
             file_handles: true,
@@ -254,6 +260,16 @@ impl MountOptions {
             for one in a.as_ref().split(',').filter(|s| !s.is_empty()) {
                 o.apply(one)?;
             }
+        }
+        // With a writeback cache the kernel reads pages to fill partial
+        // writes, on write-only opens too: the daemon opens those files
+        // for reading as well, which only the kernel's own check of the
+        // caller (default_permissions) makes safe.
+        if o.writeback_cache && !o.default_permissions {
+            return Err(
+                "writeback_cache needs default_permissions (the kernel then checks each open)"
+                    .to_string(),
+            );
         }
         Ok(o)
     }
@@ -325,6 +341,8 @@ impl MountOptions {
                     "no_direct_io" => self.direct_io = Some(false),
                     "passthrough_io" => self.passthrough_io = true,
                     "no_passthrough_io" => self.passthrough_io = false,
+                    "writeback_cache" => self.writeback_cache = true,
+                    "no_writeback_cache" => self.writeback_cache = false,
                     "zero_trip_open" => self.zero_trip_open = true,
                     "no_zero_trip_open" => self.zero_trip_open = false,
                     "posix_acl" => self.posix_acl = true,

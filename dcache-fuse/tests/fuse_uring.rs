@@ -187,6 +187,7 @@ fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
         log: false,
         max_nodes: 0,
         zero_trip_open: true,
+        writeback_cache: false,
         posix_acl: true,
         killpriv: true,
     };

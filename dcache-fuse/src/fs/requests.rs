@@ -117,7 +117,7 @@ impl DcacheFs {
                 if core.no_open() {
                     return out.error(libc::ENOSYS);
                 }
-                match core.open(&self.cred(h), node(id), o.flags as i32) {
+                match core.open(&self.cred(h), node(id), self.open_flags_for(o.flags)) {
                     Ok(fh) => {
                         if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 {
                             let _ = core.kill_suidgid(&self.killer(h), node(id));
@@ -229,7 +229,13 @@ impl DcacheFs {
             Op::Access(a) => empty(out, core.access(&self.cred(h), node(id), a.mask as i32)),
             Op::Create { arg, name } => {
                 let cred = self.create_cred(h, arg.umask);
-                let mut r = core.create(&cred, node(id), name, arg.mode, arg.flags as i32);
+                let mut r = core.create(
+                    &cred,
+                    node(id),
+                    name,
+                    arg.mode,
+                    self.open_flags_for(arg.flags),
+                );
                 if let (Ok((e, _)), true) = (&mut r, arg.open_flags & abi::OPEN_KILL_SUIDGID != 0) {
                     // An existing file opened with O_TRUNC.
                     // SAFETY: the entry's node was just handed out for

@@ -89,6 +89,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         log,
         max_nodes: options.max_nodes,
         zero_trip_open: options.zero_trip_open,
+        writeback_cache: options.writeback_cache,
         posix_acl: options.posix_acl,
         killpriv: options.killpriv,
     }

@@ -72,6 +72,9 @@ pub mod init {
     pub const AUTO_INVAL_DATA: u64 = 1 << 12;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
+    /// The kernel caches writes and sends them later (and reads to fill
+    /// partial pages, also on write-only opens).
+    pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const NO_OPEN_SUPPORT: u64 = 1 << 17;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const POSIX_ACL: u64 = 1 << 20;
