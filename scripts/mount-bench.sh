@@ -1,0 +1,207 @@
+#!/bin/bash
+# The mount against libfuse and tmpfs, in one run: `dcache mount --backend
+# passthrough:T` over each transport (FUSE over io_uring and /dev/fuse),
+# Debian's libfuse 3.14 `passthrough_ll` on the same tmpfs T, and T itself,
+# with the same timeouts and `default_permissions` on both daemons.
+#
+# Workloads (scripts/mountload.c), each at 1 and 2 client threads:
+#   stat-one, stat-deep   stat of "one" and of "a/b/c/file" on a mount with
+#                         every timeout 0 (each stat reaches the daemon)
+#   openclose             open + close of a/b/c/file (timeouts 1 s)
+#   create                create + unlink of a new file (timeouts 1 s)
+#   seqwrite, seqread     1 GiB per thread in 1 MiB calls (write + fsync;
+#                         read after dropping the file's cached pages)
+#   randread              4 KiB preads at random offsets of those files
+#
+# Servers, alternated within every round (ROUNDS rounds):
+#   tmpfs       T itself
+#   uring       dcache mount -o uring      (enable_uring set to Y for the
+#                                           run, put back after)
+#   devfuse     dcache mount -o no_uring
+#   libfuse     passthrough_ll -o source=T,default_permissions
+# each daemon with -o timeout=0 for the stats and -o timeout=1 for the rest
+# (ours with its defaults otherwise: passthrough I/O as root, zero-trip
+# opens).
+#
+# Prints every round, then per workload and thread count the median of each
+# server with max/min over the rounds, and the ratios of the medians:
+# uring/libfuse, devfuse/libfuse, best-of-ours/tmpfs.
+#
+#   scripts/mount-bench.sh [DCACHE_BINARY] [ROUNDS] [SECONDS]
+#   e.g. scripts/mount-bench.sh target/release/dcache 5 2
+#
+# Needs root (a tmpfs of its own, the io_uring parameter), cc, pkg-config
+# fuse3 and /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c (Debian's
+# libfuse3-dev), fusermount3. Wall-clock figures: a quiet machine. About
+# 2 minutes per round with SECONDS=2.
+set -euo pipefail
+
+BIN=${1:-target/release/dcache}
+ROUNDS=${2:-5}
+SECS=${3:-2}
+THREADS=${THREADS:-1 2}
+PLL_SRC=${PLL_SRC:-/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c}
+PARAM=/sys/module/fuse/parameters/enable_uring
+HERE=$(cd "$(dirname "$0")" && pwd)
+ME=mount-bench
+
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+[ -x "$BIN" ] || { echo "$ME: no executable $BIN" >&2; exit 2; }
+[ -r "$PLL_SRC" ] || { echo "$ME: no $PLL_SRC (install libfuse3-dev)" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "$ME: needs root (its own tmpfs, the io_uring parameter)" >&2; exit 2; }
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/mount-bench.XXXXXX")
+DPID=
+CONN=
+WAS=
+# shellcheck source=scripts/daemon-lib.sh
+. "$HERE/daemon-lib.sh"
+
+unmount_all() {
+  local m
+  awk -v w="$W" 'index($2, w "/") == 1 { print $2 }' /proc/self/mounts | sort -r |
+    while read -r m; do
+      fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null || umount -l "$m" 2> /dev/null || true
+    done
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
+  if [ -n "$DPID" ] && kill -0 "$DPID" 2> /dev/null; then kill_daemon; fi
+  unmount_all
+  [ -z "$WAS" ] || echo "$WAS" > "$PARAM"
+  rm -rf "$W"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+mkdir -p "$W/bin" "$W/tree"
+cc -O2 -pthread -o "$W/bin/mountload" "$HERE/mountload.c"
+# shellcheck disable=SC2046 # pkg-config prints several words on purpose
+cc -O2 $(pkg-config fuse3 --cflags) -o "$W/bin/passthrough_ll" "$PLL_SRC" $(pkg-config fuse3 --libs)
+LOAD=$W/bin/mountload
+PLL=$W/bin/passthrough_ll
+
+T=$W/tree
+mount -t tmpfs -o size=6g tmpfs "$T"
+mkdir -p "$T/a/b/c"
+: > "$T/a/b/c/file"
+: > "$T/one"
+
+SERVERS="tmpfs devfuse libfuse"
+if [ -w "$PARAM" ]; then
+  WAS=$(cat "$PARAM")
+  echo Y > "$PARAM"
+  SERVERS="tmpfs uring devfuse libfuse"
+else
+  echo "$ME: no $PARAM: FUSE over io_uring left out"
+fi
+
+# start SERVER TIMEOUT MNT: the daemon in the background (DPID), mounted.
+start() {
+  local s=$1 to=$2 m=$3 log=$W/daemon.log i
+  mkdir -p "$m"
+  case $s in
+    uring) "$BIN" mount -f --backend "passthrough:$T" -o "uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
+    devfuse) "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
+    libfuse) "$PLL" -f -o "source=$T,timeout=$to,default_permissions" "$m" 2> "$log" & DPID=$! ;;
+  esac
+  for i in $(seq 200); do
+    mountpoint -q "$m" && break
+    kill -0 "$DPID" 2> /dev/null || break
+    sleep 0.05
+  done
+  mountpoint -q "$m" || { echo "$ME: $s did not mount:" >&2; cat "$log" >&2; return 1; }
+  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  stat "$m/a/b/c/file" > /dev/null
+}
+
+stop() {
+  local m=$1
+  kill -TERM "$DPID" 2> /dev/null || true
+  if gone "$DPID" 5; then
+    wait "$DPID" 2> /dev/null || true
+    DPID=
+  else
+    kill_daemon
+  fi
+  if mountpoint -q "$m"; then
+    fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null || umount -l "$m"
+  fi
+  rmdir "$m" 2> /dev/null || true
+}
+
+RES=$W/results # lines: WORKLOAD THREADS ROUND SERVER RATE UNIT
+: > "$RES"
+
+# load SERVER ROUND DIR WORKLOAD..: run each workload at each thread count.
+load() {
+  local s=$1 r=$2 d=$3 w t out
+  shift 3
+  for w in "$@"; do
+    for t in $THREADS; do
+      out=$(timeout $((${SECS%.*} + 120)) "$LOAD" "$w" "$d" "$t" "$SECS") || {
+        echo "$ME: $w failed on $s: $out" >&2
+        [ "$s" = tmpfs ] || cat "$W/daemon.log" >&2
+        exit 1
+      }
+      local rate=${out#*rate=} unit=${out##*unit=}
+      rate=${rate%% *}
+      echo "$w $t $r $s $rate $unit" >> "$RES"
+      printf '  %-9s %-8s %dt %12s %s\n' "$s" "$w" "$t" "$rate" "$unit"
+    done
+  done
+}
+
+echo "dcache: $BIN"
+echo "host: $(nproc) CPUs, $(uname -r); rounds=$ROUNDS seconds=$SECS threads=\"$THREADS\""
+echo "servers: $SERVERS (over tmpfs $T)"
+STATS="stat-one stat-deep"
+REST="openclose create seqwrite seqread randread"
+for r in $(seq "$ROUNDS"); do
+  echo "round $r"
+  for s in $SERVERS; do
+    if [ "$s" = tmpfs ]; then
+      load "$s" "$r" "$T" $STATS $REST
+    else
+      m=$W/mnt
+      start "$s" 0 "$m"
+      load "$s" "$r" "$m" $STATS
+      stop "$m"
+      start "$s" 1 "$m"
+      load "$s" "$r" "$m" $REST
+      stop "$m"
+    fi
+    rm -rf "$T"/big* "$T"/t[0-9]*
+  done
+done
+
+echo
+echo "medians over $ROUNDS rounds (max/min of the rounds in brackets); ratios of the medians"
+printf '%-10s %-3s' workload thr
+for s in $SERVERS; do printf ' %18s' "$s"; done
+printf '  %s\n' "ratios"
+for w in $STATS $REST; do
+  for t in $THREADS; do
+    printf '%-10s %-3s' "$w" "${t}t"
+    declare -A med=()
+    for s in $SERVERS; do
+      read -r m spread < <(awk -v w="$w" -v t="$t" -v s="$s" '$1 == w && $2 == t && $4 == s { print $5 }' "$RES" |
+        sort -n | awk '{ a[NR] = $1 } END {
+          m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+          printf "%.0f %.2f\n", m, (a[1] > 0 ? a[NR] / a[1] : 0) }')
+      med[$s]=$m
+      printf ' %11s (%4s)' "$m" "$spread"
+    done
+    ratio() { awk -v a="${med[$1]:-0}" -v b="${med[$2]:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }'; }
+    best=devfuse
+    if [ -n "${med[uring]:-}" ] && [ "${med[uring]%.*}" -gt "${med[devfuse]%.*}" ]; then best=uring; fi
+    line=""
+    [ -z "${med[uring]:-}" ] || line="uring/libfuse $(ratio uring libfuse), "
+    line="${line}devfuse/libfuse $(ratio devfuse libfuse), ours/tmpfs $(ratio "$best" tmpfs)"
+    printf '  %s\n' "$line"
+    unset med
+  done
+done
