@@ -70,29 +70,12 @@ start() {
   mkdir -p "$m"
   "$BIN" mount -f --backend mem -o "$o" "$m" 2> "$log" &
   DPID=$!
-  for i in $(seq 100); do
-    mountpoint -q "$m" && break
-    kill -0 "$DPID" 2> /dev/null || break
-    sleep 0.05
-  done
-  mountpoint -q "$m" || { echo "$ME: no mount after ${i}x50 ms:" >&2; cat "$log" >&2; return 1; }
-  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  wait_mounted "$m" "$log"
   # The transport the daemon logs once mounted.
   for i in $(seq 100); do grep -q "FUSE over" "$log" && break; sleep 0.02; done
 }
 
-stop() {
-  local m=$1
-  kill -TERM "$DPID" 2> /dev/null || true
-  if gone "$DPID" 20; then
-    wait "$DPID" 2> /dev/null || true
-    DPID=
-  else
-    kill_daemon
-  fi
-  if mountpoint -q "$m"; then fusermount3 -u -q "$m" 2> /dev/null || umount -l "$m"; fi
-  rmdir "$m" 2> /dev/null || true
-}
+stop() { stop_daemon "$1" 20; }
 
 now() { date +%s.%N; }
 rate() { awk -v n="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.0f\n", n / (b - a) }'; }

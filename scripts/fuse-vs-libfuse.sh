@@ -109,41 +109,13 @@ start() {
     ours-poll*) "$BIN" mount -f --backend mem -o "$OURS_OPTS,poll_us=${v#ours-poll}" "$m" \
       2> "$log" & DPID=$! ;;
   esac
-  for i in $(seq 100); do
-    mountpoint -q "$m" && break
-    kill -0 "$DPID" 2> /dev/null || break
-    sleep 0.05
-  done
-  if ! mountpoint -q "$m"; then
-    echo "fuse-vs-libfuse: $v did not mount after ${i}x50 ms:" >&2
-    cat "$log" >&2
-    return 1
-  fi
-  # Its fusectl connection number (the minor of the mount's device).
-  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  wait_mounted "$m" "$log"
   # Ours serves an empty memfs: create the tree through the mount.
   case $v in ours*) mkdir -p "$m/a/b/c" && : > "$m/a/b/c/file" ;; esac
   stat "$m/a/b/c/file" > /dev/null
 }
 
-# stop MNT: end the daemon in DPID (SIGTERM, then SIGKILL after 5 s) and
-# make sure MNT is unmounted.
-stop() {
-  local m=$1
-  kill -TERM "$DPID" 2> /dev/null || true
-  if gone "$DPID" 5; then
-    wait "$DPID" 2> /dev/null || true
-    DPID=
-  else
-    echo "fuse-vs-libfuse: daemon $DPID ignored SIGTERM for 5 s; killed" >&2
-    kill_daemon
-  fi
-  if mountpoint -q "$m"; then
-    fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null ||
-      fusermount3 -u -z -q "$m" 2> /dev/null || umount -l "$m"
-  fi
-  rmdir "$m" 2> /dev/null || true
-}
+stop() { stop_daemon "$1" 5; }
 
 RES=$W/results # lines: THREADS ROUND VARIANT STATS_PER_S
 : > "$RES"
