@@ -6,7 +6,7 @@
 # daemons:
 #
 #   stat   -o attr_timeout=0,entry_timeout=0,no_default_permissions:
-#          scripts/statloop.c, 1 thread, fstatat("a/b/c/file") for SECONDS
+#          scripts/mountload.c (stat-deep), 1 thread, fstatat("a/b/c/file") for SECONDS
 #          (every stat reaches the daemon: 4 LOOKUPs and a GETATTR)
 #   io     default options:
 #          create  a Python loop creating (open O_CREAT + close) 10,000
@@ -62,7 +62,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 echo Y > "$PARAM"
 
-cc -O2 -pthread -o "$W/statloop" "$HERE/statloop.c"
+cc -O2 -pthread -o "$W/mountload" "$HERE/mountload.c"
 
 # start OPTS MNT LOG: a daemon in the background (DPID), mounted.
 start() {
@@ -96,8 +96,9 @@ for r in $(seq "$ROUNDS"); do
     grep -q "FUSE over $([ $t = uring ] && echo io_uring || echo /dev/fuse)" "$W/stat.$run.log" ||
       { echo "$ME: $t not in use:" >&2; cat "$W/stat.$run.log" >&2; exit 1; }
     mkdir -p "$m/a/b/c" && : > "$m/a/b/c/file"
-    out=$(timeout $((SECS + 30)) "$W/statloop" "$m" 1 "$SECS")
-    stats=${out##*stats/s=}
+    out=$(timeout $((SECS + 30)) "$W/mountload" stat-deep "$m" 1 "$SECS")
+    stats=${out##*rate=}
+    stats=${stats%% *}
     stop "$m"
 
     start "$x" "$m" "$W/io.$run.log"

@@ -3,7 +3,7 @@
 # passthrough_ll (cache=never, over a tmpfs tree), as in README "Against
 # libfuse". Each run starts a fresh daemon on its own mount point, creates
 # a/b/c/file (through the mount for ours: it serves an empty memfs), runs
-# scripts/statloop.c (THREADS threads, each fstatat(dirfd, "a/b/c/file") in a
+# scripts/mountload.c (stat-deep) (THREADS threads, each fstatat(dirfd, "a/b/c/file") in a
 # loop) for SECONDS, and stops the daemon. Rounds alternate the servers:
 #
 #   libfuse        passthrough_ll -f -o source=TREE,cache=never MNT
@@ -76,13 +76,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-echo "building statloop and passthrough_ll (cc -O2) in $W/bin"
+echo "building mountload and passthrough_ll (cc -O2) in $W/bin"
 mkdir -p "$W/bin"
-cc -O2 -pthread -o "$W/bin/statloop" "$HERE/statloop.c"
+cc -O2 -pthread -o "$W/bin/mountload" "$HERE/mountload.c"
 # shellcheck disable=SC2046 # pkg-config prints several words on purpose
 cc -O2 $(pkg-config fuse3 --cflags) -o "$W/bin/passthrough_ll" "$PLL_SRC" \
   $(pkg-config fuse3 --libs)
-STATLOOP=$W/bin/statloop
+STATLOOP=$W/bin/mountload
 PLL=$W/bin/passthrough_ll
 
 # libfuse's source tree: on its own tmpfs when we may mount one.
@@ -130,13 +130,14 @@ for r in $(seq "$ROUNDS"); do
       run=$((run + 1))
       m=$W/mnt.$run
       start "$v" "$m" "$W/daemon.$run.log"
-      out=$(timeout $((SECS + 30)) "$STATLOOP" "$m" "$t" "$SECS") || {
+      out=$(timeout $((SECS + 30)) "$STATLOOP" stat-deep "$m" "$t" "$SECS") || {
         echo "fuse-vs-libfuse: client failed against $v: $out" >&2
         cat "$W/daemon.$run.log" >&2
         exit 1
       }
       stop "$m"
-      rate=${out##*stats/s=}
+      rate=${out##*rate=}
+      rate=${rate%% *}
       echo "$t $r $v $rate" >> "$RES"
       line="$line $v $rate"
     done
