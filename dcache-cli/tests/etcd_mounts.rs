@@ -165,7 +165,11 @@ fn a_volume_is_formatted_then_mounted() {
     let (uuid, cluster) = (words[2], words[words.len() - 1]);
     assert_eq!(
         out,
-        format!("formatted volume {uuid} (prefix {prefix}) on etcd cluster {cluster}\n")
+        format!(
+            "formatted volume {uuid} (prefix {prefix}) on etcd cluster {cluster}\n\
+             file data: inline in etcd (files up to 1 GiB, all within etcd's quota; \
+             `--data URL` keeps it in an object store)\n"
+        )
     );
     // Twice: refused, naming the volume.
     let (rc, again) = dcache(&["format", &backend]);
