@@ -70,7 +70,14 @@ fn a_volume_is_formatted_then_joined() {
     let e = dcache_etcd::format(&spec, &FormatOptions::default()).unwrap_err();
     assert_eq!(e.errno, Errno::EEXIST);
     assert!(e.message.contains(&v.record.uuid), "{e}");
-    let e = dcache_etcd::format(&spec, &FormatOptions { adopt: true, ..Default::default() }).unwrap_err();
+    let e = dcache_etcd::format(
+        &spec,
+        &FormatOptions {
+            adopt: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.errno, Errno::EEXIST);
     drop(vfs);
     drop(fs);
@@ -121,7 +128,14 @@ fn an_older_namespace_is_adopted() {
         e.message.contains("--adopt") && e.message.contains("prefix /old"),
         "{e}"
     );
-    let v = dcache_etcd::format(&spec, &FormatOptions { adopt: true, ..Default::default() }).unwrap();
+    let v = dcache_etcd::format(
+        &spec,
+        &FormatOptions {
+            adopt: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let (fs, vfs) = client(&spec, Options::default());
     assert_eq!(fs.volume().record.uuid, v.record.uuid);
     assert!(vfs.as_root().stat(At::Root, "/kept").is_ok(), "data kept");
@@ -131,7 +145,14 @@ fn an_older_namespace_is_adopted() {
     put(&ep, "/other/x", b"y");
     let other = etcd.spec("/other");
     for adopt in [false, true] {
-        let e = dcache_etcd::format(&other, &FormatOptions { adopt, ..Default::default() }).unwrap_err();
+        let e = dcache_etcd::format(
+            &other,
+            &FormatOptions {
+                adopt,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.errno, Errno::EEXIST);
         assert!(
             e.message.contains("not a dcache namespace") || e.message.contains("no dcache root"),
