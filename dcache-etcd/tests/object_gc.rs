@@ -223,4 +223,17 @@ fn overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period() {
     assert!(eventually(grace * 2, || keys_under(&ep, "/grace/b/").is_empty()).is_some());
     assert!(eventually(grace * 2, || keys_under(&ep, "/grace/a/i/").is_empty()).is_some());
     assert!(keys_under(&ep, "/grace/a/g/").is_empty());
+
+    // A file unlinked while this client still buffers for it: close
+    // succeeds (as for an unlinked file on Linux), the bytes are dropped
+    // and the object the flush uploaded is garbage like any other.
+    let g = v
+        .as_root()
+        .open(At::Root, "/g", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    g.write(0, &block(7)).unwrap();
+    v.as_root().unlink(At::Root, "/g").unwrap();
+    assert_eq!(g.close(), Ok(()));
+    assert_eq!(keys_under(&ep, "/grace/a/g/").len(), 1);
+    settles(0).expect("the dropped object deleted");
 }

@@ -312,8 +312,15 @@ impl Inner {
             _ => 0,
         };
         let bsize = 4096u64;
-        let blocks = DEFAULT_QUOTA / bsize;
-        let bfree = blocks.saturating_sub(used / bsize);
+        // An object store reports no capacity: its volumes show the
+        // largest file as free space; inline ones etcd's quota.
+        let (blocks, bfree) = if self.objects.get().is_some() {
+            let b = MAX_FILE_OBJECTS / bsize;
+            (b, b)
+        } else {
+            let b = DEFAULT_QUOTA / bsize;
+            (b, b.saturating_sub(used / bsize))
+        };
         Ok(StatFs {
             blocks,
             bfree,

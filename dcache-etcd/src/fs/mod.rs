@@ -210,6 +210,16 @@ impl EtcdFs {
         self.block(self.inner.collect_once())
     }
 
+    /// Commit what this client buffered for `ino`. A file removed
+    /// meanwhile (by any client) has nothing to commit to: its bytes are
+    /// dropped and `close` succeeds, as on Linux for an unlinked file.
+    fn commit_buffered(&self, ino: Ino) -> Result<()> {
+        match self.block(self.inner.flush_ino(ino)) {
+            Err(Errno::ENOENT) => Ok(()),
+            r => r,
+        }
+    }
+
     /// Object-store volumes: commit every buffered write of this client.
     pub fn flush_all(&self) -> Result<()> {
         self.block(self.inner.flush_all())
@@ -436,18 +446,18 @@ impl FileSystem for EtcdFs {
     /// inode (its objects uploaded, then one transaction per 32 chunks);
     /// once it returns, every client's next read sees it.
     fn flush(&self, ino: Ino, _fh: u64) -> Result<()> {
-        self.block(self.inner.flush_ino(ino))
+        self.commit_buffered(ino)
     }
 
     /// As [`flush`](Self::flush): the commit is durable when etcd has
     /// acknowledged it; the objects as the store makes them (an S3 PUT
     /// once acknowledged; a local directory store does not fsync).
     fn fsync(&self, ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
-        self.block(self.inner.flush_ino(ino))
+        self.commit_buffered(ino)
     }
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
-        self.block(self.inner.flush_ino(ino))
+        self.commit_buffered(ino)
     }
 
     fn lseek(&self, ino: Ino, _fh: u64, offset: u64, whence: i32) -> Result<u64> {
