@@ -16,8 +16,12 @@
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
 //! file contents, readdir, statfs), `xattr` (extended attributes, kept
-//! in the inode record), `lease` (the session lease and record) and
-//! `background` (fences, watch, endpoint health).
+//! in the inode record), `lease` (the session lease and record),
+//! `background` (fences, watch, endpoint health), and for volumes whose
+//! data is in an object store `buffer` (the store, write buffers, read
+//! cache), `objdata` (buffered writes, flushes, commits), `objread`
+//! (reads, truncation, punching, seeking) and `collect` (deleting
+//! garbage after the grace period).
 
 mod background;
 mod buffer;
@@ -28,6 +32,7 @@ mod data;
 mod lease;
 mod namespace;
 mod objdata;
+mod objread;
 mod xattr;
 
 use std::future::Future;
