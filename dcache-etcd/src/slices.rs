@@ -28,7 +28,9 @@ pub const BLOCK: usize = 4 << 20;
 pub const MAX_FILE_OBJECTS: u64 = 1 << 44;
 /// The most slices one chunk's list may hold (20 bytes each: a 320 KiB
 /// value, well under etcd's request limit). A flush that would make more
-/// rewrites the chunk's data as new objects first (`fs::objdata`).
+/// rewrites the chunk's data as new objects first (`fs::objdata`'s
+/// compaction: the span from the first slice to the last, holes in it
+/// filled with zeros, in objects of at most [`BLOCK`] bytes).
 pub const MAX_SLICES: usize = 16 * 1024;
 
 const LIST_VERSION: u8 = 1;

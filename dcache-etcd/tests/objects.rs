@@ -351,3 +351,45 @@ fn truncate_overwrite_and_holes_match_tmpfs() {
     assert!(read_all(&g, size) == want, "the other client differs");
     println!("300 steps, {checks} full comparisons with tmpfs, final size {size}");
 }
+
+/// A chunk written in more separate pieces than a list may hold (20,000
+/// one-byte writes three bytes apart) is compacted when it is committed:
+/// its list becomes a few slices over new objects, and it reads the same.
+#[test]
+fn a_chunk_in_too_many_pieces_is_compacted() {
+    const T: &str = "a_chunk_in_too_many_pieces_is_compacted";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let (spec, store) = object_volume(&etcd, "/frag");
+    let (fa, a) = client(&spec, opts());
+    let f = a
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let n = 20_000u64;
+    let mut want = vec![0u8; (3 * (n - 1) + 1) as usize];
+    for i in 0..n {
+        let b = (i % 255) as u8 + 1;
+        f.write(3 * i, &[b]).unwrap();
+        want[(3 * i) as usize] = b;
+    }
+    fa.fsync(f.ino(), f.fh(), false).unwrap();
+    let lists = common::keys_under(&etcd.endpoint(0), "/frag/b/");
+    assert_eq!(lists.len(), 1);
+    let value = common::rt().block_on(async {
+        let mut c = etcd_client::Client::connect([etcd.endpoint(0)], None)
+            .await
+            .unwrap();
+        c.get(lists[0].as_str(), None).await.unwrap().kvs()[0]
+            .value()
+            .to_vec()
+    });
+    let list = dcache_etcd::slices::decode(&value).unwrap();
+    assert_eq!(list.len(), 1, "one slice over the compacted span");
+    assert_eq!(read_all(&f, want.len() as u64), want);
+    // The fragmented object is garbage now; the compacted one is named.
+    assert_eq!(stored_objects(store.path()).len(), 2);
+    f.close().unwrap();
+}

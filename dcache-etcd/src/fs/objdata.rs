@@ -263,6 +263,46 @@ impl Inner {
         Ok(())
     }
 
+    /// A list too long to store, rewritten: the bytes from its first
+    /// slice's start to its last one's end (holes between as zeros) in
+    /// new objects of at most [`BLOCK`] bytes, one slice each. The old
+    /// objects are dropped with the list they were in.
+    async fn compact(&self, dl: Instant, list: &[Slice]) -> Result<Vec<Slice>> {
+        let (Some(first), Some(last)) = (list.first(), list.last()) else {
+            return Ok(Vec::new());
+        };
+        let (lo, hi) = (first.pos, last.end());
+        let objs = self
+            .fetch_objects(list.iter().map(|s| s.id).collect())
+            .await?;
+        let mut bytes = vec![0u8; (hi - lo) as usize];
+        for s in list {
+            let b = objs.get(&s.id).ok_or(Errno::EIO)?;
+            let src = b
+                .get(s.off as usize..(s.off + s.len) as usize)
+                .ok_or(Errno::EIO)?;
+            let at = (s.pos - lo) as usize;
+            bytes[at..at + src.len()].copy_from_slice(src);
+        }
+        let pieces: Vec<&[u8]> = bytes.chunks(BLOCK).collect();
+        let ids = self.alloc_slices(dl, pieces.len()).await?;
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut uploads = Vec::with_capacity(pieces.len());
+        let mut pos = lo;
+        for (p, id) in pieces.into_iter().zip(ids) {
+            out.push(Slice {
+                id,
+                pos,
+                len: p.len() as u64,
+                off: 0,
+            });
+            pos += p.len() as u64;
+            uploads.push((id, Bytes::copy_from_slice(p)));
+        }
+        self.upload(uploads).await?;
+        Ok(out)
+    }
+
     async fn upload(&self, objs: Vec<(u64, Bytes)>) -> Result<()> {
         let o = self.objects()?;
         let puts = stream::iter(objs.into_iter().map(|(id, b)| {
@@ -310,7 +350,7 @@ impl Inner {
                     slices::overlay(&mut list, *s);
                 }
                 if list.len() > MAX_SLICES {
-                    return Err(Errno::ENOSPC);
+                    list = self.compact(dl, &list).await?;
                 }
                 gone.extend(slices::dropped(&old, &list));
                 ops.push(put(self.keys.slices(ino, *idx), slices::encode(&list)));

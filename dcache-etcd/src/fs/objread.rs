@@ -79,7 +79,7 @@ impl Inner {
     }
 
     /// Whole objects, from the read cache or the store.
-    async fn fetch_objects(&self, ids: BTreeSet<u64>) -> Result<HashMap<u64, Bytes>> {
+    pub(super) async fn fetch_objects(&self, ids: BTreeSet<u64>) -> Result<HashMap<u64, Bytes>> {
         let o = self.objects()?;
         let mut got = HashMap::with_capacity(ids.len());
         let mut missing = Vec::new();
