@@ -175,7 +175,10 @@ impl VolumeRecord {
         let chunk = chunk.ok_or_else(|| bad("no chunk size"))?;
         let store = match (format, store.as_deref(), url.as_deref()) {
             (FORMAT_INLINE, Some("inline"), None | Some("-")) => DataStore::Inline,
-            (FORMAT_VERSION, Some("objects"), Some(u)) => {
+            // Only the canonical forms `format` writes.
+            (FORMAT_VERSION, Some("objects"), Some(u))
+                if u.starts_with("file:///") || u.starts_with("s3://") =>
+            {
                 crate::store::StoreUrl::parse(u)
                     .map_err(|e| Error::new(Errno::EIO, format!("the volume's data store: {e}")))?;
                 DataStore::Objects(u.to_string())
@@ -509,6 +512,21 @@ mod tests {
             b"dcache-volume 1\nformat 1\n",
         ] {
             assert_eq!(VolumeRecord::decode(bad).unwrap_err().errno, Errno::EIO);
+        }
+        // A format-2 record names its store; the combinations that do not
+        // go together are refused.
+        let o = VolumeRecord::with_store(DataStore::Objects("file:///d".into())).unwrap();
+        assert_eq!((o.format, o.chunk), (2, SLICE_CHUNK));
+        assert_eq!(VolumeRecord::decode(&o.encode()), Ok(o.clone()));
+        let otext = String::from_utf8(o.encode()).unwrap();
+        for (from, to) in [
+            ("format 2", "format 1"),
+            ("chunk 67108864", "chunk 65536"),
+            ("store-url file:///d", "store-url s3://k:s@b"),
+            ("store-url file:///d", "store-url -"),
+        ] {
+            let e = VolumeRecord::decode(otext.replace(from, to).as_bytes()).unwrap_err();
+            assert_eq!(e.errno, Errno::EIO, "{to}: {e}");
         }
         // A later version's extra field is ignored.
         let more = format!("{text}colour blue\n");
