@@ -38,6 +38,14 @@ fn idle_clients_receive_no_key_events() {
         fs.iter().all(|(f, _)| f.is_current())
     })
     .expect("every client current after connect");
+    // Settle: the last connects' session records reach every client's
+    // watch. A client current after more than its staleness bound (1 s)
+    // has been delivered everything written before that wait began.
+    std::thread::sleep(Duration::from_secs(2));
+    eventually(Duration::from_secs(5), || {
+        fs.iter().all(|(f, _)| f.is_current())
+    })
+    .expect("every client current after settling");
     // An outside observer of the whole prefix, started once all are in.
     let rt = common::rt();
     let observed = rt.block_on(async {

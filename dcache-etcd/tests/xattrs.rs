@@ -356,8 +356,13 @@ fn racing_clients_lose_no_update() {
     let (ta, tb) = (run(a.clone(), "a"), run(b.clone(), "b"));
     let (wa, wb) = (ta.join().unwrap(), tb.join().unwrap());
     assert_eq!(wa.len() + wb.len(), ROUNDS, "a won {wa:?}, b won {wb:?}");
+    // A lists from its mirror of the record, which shows B's last changes
+    // within the staleness bound (not at once): wait for them, then check
+    // that none was lost, from both sides.
+    let _ = eventually(WAIT, || list(&a, "/f").len() == 3 * ROUNDS);
     let names = list(&a, "/f");
     assert_eq!(names.len(), 3 * ROUNDS, "{names:?}");
+    assert_eq!(list(&b, "/f"), names, "B's list is A's");
     for i in 0..ROUNDS {
         let who = get(&a, "/f", &format!("user.race{i}")).unwrap();
         let want: &[u8] = if wa.contains(&i) { b"a" } else { b"b" };
