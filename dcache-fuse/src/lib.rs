@@ -65,6 +65,9 @@ pub mod core;
 pub mod fs;
 #[cfg(not(loom))]
 pub mod handles;
+pub mod lockbook;
+#[cfg(not(loom))]
+mod locks;
 pub mod lookupcount;
 #[cfg(not(loom))]
 pub mod nodes;

@@ -92,6 +92,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         writeback_cache: options.writeback_cache,
         posix_acl: options.posix_acl,
         killpriv: options.killpriv,
+        locks: options.locks,
     }
 }
 
