@@ -37,6 +37,7 @@
 mod cache;
 pub mod codec;
 mod fs;
+pub mod locks;
 pub mod progress;
 pub mod session;
 pub mod spec;

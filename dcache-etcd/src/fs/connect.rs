@@ -93,6 +93,7 @@ impl EtcdFs {
             progress_trusted,
             cluster_id,
             versions,
+            lock_wakers: Default::default(),
         });
         let i = inner.clone();
         let record =

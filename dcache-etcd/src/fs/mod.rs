@@ -24,6 +24,7 @@ mod client;
 mod connect;
 mod data;
 mod lease;
+mod locks;
 mod namespace;
 mod xattr;
 
@@ -87,6 +88,9 @@ struct Inner {
     /// answered at connect (`None`: it did not answer).
     cluster_id: u64,
     versions: Vec<Option<String>>,
+    /// Waiters for a lock on an inode to go (`locks`): woken by the
+    /// watch's lock events and by this client's own releases.
+    lock_wakers: dcache::fs::lock::UnlockWakers,
 }
 
 /// A change another client made, as the watch saw it.
@@ -403,6 +407,41 @@ impl FileSystem for EtcdFs {
     fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
         let change = |x: &mut _| crate::xattr::remove(x, name);
         self.block(self.inner.change_xattrs(ino, change))
+    }
+
+    // File locks, shared by every client of the volume (`locks`).
+
+    fn lock_scope(&self) -> dcache::fs::LockScope {
+        dcache::fs::LockScope::Shared
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: &dcache::fs::LockOwner,
+        lock: &dcache::fs::FileLock,
+    ) -> Result<Option<dcache::fs::FileLock>> {
+        let i = &self.inner;
+        self.block(i.getlk(ino, owner, lock))
+    }
+
+    fn setlk(
+        &self,
+        ino: Ino,
+        owner: &dcache::fs::LockOwner,
+        lock: &dcache::fs::FileLock,
+    ) -> Result<()> {
+        let i = &self.inner;
+        self.block(i.setlk(ino, owner, lock))
+    }
+
+    fn release_locks(&self, ino: Ino, what: dcache::fs::LockRelease) -> Result<()> {
+        let i = &self.inner;
+        self.block(i.release_locks(ino, what))
+    }
+
+    fn wake_on_unlock(&self, ino: Ino, wake: dcache::fs::UnlockWake) {
+        self.inner.lock_wakers.add(ino, wake);
     }
 
     fn flush_on_close(&self) -> bool {
