@@ -190,6 +190,9 @@ impl DcacheFs {
     /// The connection is up: backing files are registered on `dev`, and
     /// attribute changes the kernel cannot know of are told on it.
     pub fn connected(&self, dev: Arc<Dev>) {
+        if let Some(l) = &self.locks {
+            l.connected(Notifier::new(dev.clone()));
+        }
         let _ = self.notifier.set(Notifier::new(dev));
     }
 
@@ -551,7 +554,11 @@ impl Handler for DcacheFs {
         let locks_on = got & (init::POSIX_LOCKS | init::FLOCK_LOCKS) != 0;
         self.no_flush = !backend.flush_on_close() && !locks_on;
         if locks_on {
-            self.locks = Some(crate::locks::LockWaits::new(backend.clone()));
+            // Other hosts write the files of a shared backend: a lock
+            // taken drops the kernel's cached pages first, unless the
+            // kernel caches none (direct_io).
+            let coherent = backend.lock_scope() == LockScope::Shared && !self.cfg.direct_io;
+            self.locks = Some(crate::locks::LockWaits::new(backend.clone(), coherent));
         }
         if self.cfg.log && locks {
             let how = if locks_on {

@@ -30,6 +30,7 @@ use dcache::fs::{FileSystem, Ino};
 use crate::lockbook::WaitBook;
 use crate::sync::{Arc, Mutex};
 use crate::wire::abi::{self, LkIn};
+use crate::wire::dev::Notifier;
 use crate::wire::reply::{Later, Out};
 
 /// How long an INTERRUPT for a request not (yet) waiting is remembered.
@@ -76,6 +77,7 @@ pub(crate) fn lk_out(out: &mut Out, asked: &FileLock, r: Result<Option<FileLock>
 
 /// A SETLKW waiting for a conflicting lock to go.
 struct Waiter {
+    node: u64,
     ino: Ino,
     owner: LockOwner,
     lock: FileLock,
@@ -91,49 +93,86 @@ impl Waiter {
 enum Msg {
     /// Try request `unique` again.
     Retry(u64),
+    /// A lock on node `.0` was taken: drop the kernel's cached pages and
+    /// attributes of the node, then answer.
+    Granted(u64, Later),
     /// The session ends.
     Stop,
 }
 
+/// What the lock thread shares with the mount.
+struct Shared {
+    book: WaitBook<Waiter>,
+    backend: Arc<dyn FileSystem>,
+    /// Where the kernel's cache of a node is invalidated, once connected.
+    notifier: OnceLock<Notifier>,
+    /// Other hosts change files (a shared backend): a lock taken must not
+    /// let the kernel serve pages or attributes it cached before.
+    coherent: bool,
+}
+
+impl Shared {
+    /// Lock-to-read coherence (as NFS gives): before a lock taken on a
+    /// shared backend is answered, the kernel drops what it cached of the
+    /// file (pages and attributes), so the holder reads what the previous
+    /// holder wrote. Sent from the lock thread, never a request handler:
+    /// dropping pages may wait on a page a READ of the same file holds.
+    fn invalidate(&self, node: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(node, 0, 0);
+        }
+    }
+}
+
 /// The SETLKW requests of one mount that wait (see the module docs).
 pub(crate) struct LockWaits {
-    book: Arc<WaitBook<Waiter>>,
-    /// The retry thread's queue, once started (at the first wait).
+    shared: Arc<Shared>,
+    /// The lock thread's queue, once started (at the first wait or grant).
     retry: OnceLock<Mutex<Sender<Msg>>>,
-    backend: Arc<dyn FileSystem>,
     /// The clock INTERRUPTs are stamped with.
     epoch: Instant,
 }
 
 impl LockWaits {
-    pub(crate) fn new(backend: Arc<dyn FileSystem>) -> LockWaits {
+    /// For `backend`; `coherent`: invalidate the kernel's cache of a file
+    /// whose lock is granted (a backend shared across hosts).
+    pub(crate) fn new(backend: Arc<dyn FileSystem>, coherent: bool) -> LockWaits {
         LockWaits {
-            book: Arc::new(WaitBook::new()),
+            shared: Arc::new(Shared {
+                book: WaitBook::new(),
+                backend,
+                notifier: OnceLock::new(),
+                coherent,
+            }),
             retry: OnceLock::new(),
-            backend,
             epoch: Instant::now(),
         }
     }
 
+    /// The connection is up: invalidations go to `n`.
+    pub(crate) fn connected(&self, n: Notifier) {
+        let _ = self.shared.notifier.set(n);
+    }
+
     /// The backend that keeps the locks.
     pub(crate) fn backend(&self) -> &dyn FileSystem {
-        &*self.backend
+        &*self.shared.backend
     }
 
     /// Requests waiting now.
     pub(crate) fn waiting(&self) -> usize {
-        self.book.waiting()
+        self.shared.book.waiting()
     }
 
     fn sender(&self) -> Sender<Msg> {
         let tx = self.retry.get_or_init(|| {
             let (tx, rx) = channel();
-            let (book, backend, me) = (self.book.clone(), self.backend.clone(), tx.clone());
+            let (shared, me) = (self.shared.clone(), tx.clone());
             // Without the thread nothing would retry: waiters would wait
             // until interrupted, which is what a failed spawn leaves.
             let _ = std::thread::Builder::new()
                 .name("dcache-locks".into())
-                .spawn(move || retry_loop(&book, &*backend, &me, &rx));
+                .spawn(move || lock_loop(&shared, &me, &rx));
             Mutex::new(tx)
         });
         tx.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -143,16 +182,24 @@ impl LockWaits {
     /// at once, or (SETLKW meeting a conflict, on a transport that can
     /// answer late) deferred until the lock is taken or the request is
     /// interrupted.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn setlk(
         &self,
         unique: u64,
+        node: u64,
         ino: Ino,
         owner: LockOwner,
         lock: FileLock,
         sleep: bool,
         out: &mut Out,
     ) {
-        let first = self.backend.setlk(ino, &owner, &lock);
+        let first = self.shared.backend.setlk(ino, &owner, &lock);
+        if first.is_ok() && lock.kind.is_some() && self.shared.coherent {
+            if let Some(later) = out.defer() {
+                let _ = self.sender().send(Msg::Granted(node, later));
+                return;
+            }
+        }
         if !sleep || first != Err(Errno::EAGAIN) || lock.kind.is_none() {
             return reply(out, first);
         }
@@ -163,12 +210,13 @@ impl LockWaits {
         };
         debug_assert_eq!(later.unique(), unique);
         let w = Waiter {
+            node,
             ino,
             owner,
             lock,
             reply: later,
         };
-        if let Some(w) = self.book.park(unique, w) {
+        if let Some(w) = self.shared.book.park(unique, w) {
             return w.interrupted();
         }
         // The retry thread registers the waker and tries again, so a
@@ -181,7 +229,11 @@ impl LockWaits {
     pub(crate) fn interrupt(&self, unique: u64) {
         let now = self.epoch.elapsed();
         let forget = now.saturating_sub(INTERRUPT_MEMORY).as_millis() as u64;
-        if let Some(w) = self.book.interrupt(unique, now.as_millis() as u64, forget) {
+        if let Some(w) = self
+            .shared
+            .book
+            .interrupt(unique, now.as_millis() as u64, forget)
+        {
             w.interrupted();
         }
     }
@@ -191,13 +243,13 @@ impl LockWaits {
     fn wait_here(&self, ino: Ino, owner: &LockOwner, l: &FileLock) -> Result<()> {
         loop {
             let (tx, rx) = channel::<()>();
-            self.backend.wake_on_unlock(
+            self.shared.backend.wake_on_unlock(
                 ino,
                 Box::new(move || {
                     let _ = tx.send(());
                 }),
             );
-            match self.backend.setlk(ino, owner, l) {
+            match self.shared.backend.setlk(ino, owner, l) {
                 Err(Errno::EAGAIN) => {
                     let _ = rx.recv();
                 }
@@ -223,33 +275,42 @@ fn reply(out: &mut Out, r: Result<()>) {
     }
 }
 
-fn retry_loop(
-    book: &WaitBook<Waiter>,
-    backend: &dyn FileSystem,
-    me: &Sender<Msg>,
-    rx: &Receiver<Msg>,
-) {
-    while let Ok(Msg::Retry(unique)) = rx.recv() {
+fn lock_loop(shared: &Shared, me: &Sender<Msg>, rx: &Receiver<Msg>) {
+    loop {
+        let unique = match rx.recv() {
+            Ok(Msg::Retry(u)) => u,
+            Ok(Msg::Granted(node, later)) => {
+                shared.invalidate(node);
+                later.send(|_| ());
+                continue;
+            }
+            Ok(Msg::Stop) | Err(_) => return,
+        };
         // Out of the book while it is tried: an INTERRUPT meanwhile is
         // remembered and seen when it goes back.
-        let Some(w) = book.take(unique) else {
+        let Some(w) = shared.book.take(unique) else {
             continue;
         };
         // Registered before the try: a release after it wakes us.
         let tx = me.clone();
-        backend.wake_on_unlock(
+        shared.backend.wake_on_unlock(
             w.ino,
             Box::new(move || {
                 let _ = tx.send(Msg::Retry(unique));
             }),
         );
-        match backend.setlk(w.ino, &w.owner, &w.lock) {
+        match shared.backend.setlk(w.ino, &w.owner, &w.lock) {
             Err(Errno::EAGAIN) => {
-                if let Some(w) = book.put_back(unique, w) {
+                if let Some(w) = shared.book.put_back(unique, w) {
                     w.interrupted();
                 }
             }
-            r => w.reply.send(|o| reply(o, r)),
+            r => {
+                if r.is_ok() && shared.coherent {
+                    shared.invalidate(w.node);
+                }
+                w.reply.send(|o| reply(o, r));
+            }
         }
     }
 }

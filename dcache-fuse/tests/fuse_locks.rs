@@ -76,8 +76,17 @@ fn lock_semantics(m: &Path) -> Vec<Duration> {
         flock(&b, libc::LOCK_SH | libc::LOCK_NB),
         Err(libc::EWOULDBLOCK)
     );
+    // The kernel sends RELEASE after close(2) returns (in the
+    // background): the lock goes a moment later.
     drop(a);
-    flock(&b, libc::LOCK_SH | libc::LOCK_NB).unwrap();
+    let t = Instant::now();
+    while flock(&b, libc::LOCK_SH | libc::LOCK_NB).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "released by the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let a = open(&p);
     flock(&a, libc::LOCK_SH | libc::LOCK_NB).unwrap();
     assert_eq!(
@@ -192,7 +201,14 @@ fn lock_semantics(m: &Path) -> Vec<Duration> {
         Err(libc::EAGAIN)
     );
     drop(c);
-    ofd(&e, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 1).unwrap();
+    let t = Instant::now();
+    while ofd(&e, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 1).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "released by the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     lat
 }
 

@@ -73,9 +73,12 @@ impl Inner {
             }
             let key = owner_key(&self.keys, ino, &self.client_id, who.id, who.flavor);
             let write = [(key, after)];
-            if self.commit_locks(dl, ino, rev, &write).await? {
+            if let Some(at) = self.commit_locks(dl, ino, rev, &write).await? {
                 if released {
                     self.lock_wakers.wake(ino);
+                }
+                if r.is_ok() && want.kind.is_some() {
+                    self.catch_up_to(at, dl).await;
                 }
                 return r;
             }
@@ -115,7 +118,7 @@ impl Inner {
                     write.push((key, a));
                 }
             }
-            if self.commit_locks(dl, ino, rev, &write).await? {
+            if self.commit_locks(dl, ino, rev, &write).await?.is_some() {
                 self.lock_wakers.wake(ino);
                 return Ok(());
             }
@@ -124,17 +127,36 @@ impl Inner {
         }
     }
 
+    /// A lock was granted at revision `at`: wait (until `dl` at most)
+    /// for the watch to have applied every change up to it, so that what
+    /// this client serves next (attributes from its mirror) includes
+    /// every change the previous holder made before letting go. Data is
+    /// read from etcd anyway.
+    async fn catch_up_to(&self, at: i64, dl: Instant) {
+        // Acquire: pairs with the watch's Release of its revision after
+        // applying the events up to it.
+        while self
+            .cache
+            .watched
+            .load(std::sync::atomic::Ordering::Acquire)
+            < at
+            && Instant::now() < dl
+        {
+            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        }
+    }
+
     /// Write each owner record in `write` (deleted when it holds nothing),
     /// on the session lease, if no lock record of `ino` changed since
-    /// revision `rev`. False: a conflict, or an outcome unknown (the
-    /// caller reads again and decides again).
+    /// revision `rev`; the revision it committed at. `None`: a conflict,
+    /// or an outcome unknown (the caller reads again and decides again).
     async fn commit_locks(
         &self,
         dl: Instant,
         ino: Ino,
         rev: i64,
         write: &[(Vec<u8>, Vec<dcache::fs::lock::HeldLock>)],
-    ) -> Result<bool> {
+    ) -> Result<Option<i64>> {
         let unchanged =
             Compare::mod_revision(inode_prefix(&self.keys, ino), CompareOp::Less, rev + 1)
                 .with_range(inode_end(&self.keys, ino));
@@ -160,7 +182,7 @@ impl Inner {
                 Ok(Ok(resp)) => {
                     let r = resp.header().map(|h| h.revision()).unwrap_or(0);
                     self.cache.note_read(r);
-                    return Ok(resp.succeeded());
+                    return Ok(resp.succeeded().then_some(r));
                 }
                 Ok(Err(e)) => match classify(&e) {
                     // Refused before anything applied: a new lease first.
@@ -169,10 +191,10 @@ impl Inner {
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                     // Maybe applied: decide again from a fresh read.
-                    Fail::Transient => return Ok(false),
+                    Fail::Transient => return Ok(None),
                     Fail::Fatal(x) => return Err(x),
                 },
-                Err(_) => return Ok(false),
+                Err(_) => return Ok(None),
             }
             attempt += 1;
             if attempt > 100 {

@@ -361,7 +361,7 @@ impl DcacheFs {
         match lock_request(a) {
             Ok((owner, lock)) => {
                 let ino = self.core.ids().ino(h.nodeid);
-                l.setlk(h.unique, ino, owner, lock, sleep, out);
+                l.setlk(h.unique, h.nodeid, ino, owner, lock, sleep, out);
             }
             Err(e) => out.error(e.raw()),
         }
