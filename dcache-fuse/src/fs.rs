@@ -560,13 +560,10 @@ impl Handler for DcacheFs {
             let coherent = backend.lock_scope() == LockScope::Shared && !self.cfg.direct_io;
             self.locks = Some(crate::locks::LockWaits::new(backend.clone(), coherent));
         }
-        if self.cfg.log && locks {
-            let how = if locks_on {
-                "kept by the backend (flock and fcntl)"
-            } else {
-                "local (the kernel does not offer FUSE_POSIX_LOCKS)"
-            };
-            eprintln!("dcache: locks {how}");
+        if self.cfg.log && locks && !locks_on {
+            eprintln!(
+                "dcache: locks local to this host (the kernel does not offer FUSE_POSIX_LOCKS)"
+            );
         }
         self.no_opendir = got & init::NO_OPENDIR_SUPPORT != 0;
         if got & init::NO_OPEN_SUPPORT != 0 {
