@@ -510,7 +510,7 @@ fn sqlite_from_two_mounts() {
     const ROWS: usize = 150;
     let writer = |db: PathBuf, w: &'static str| {
         std::thread::spawn(move || {
-            let mut script = String::from(".timeout 60000\nPRAGMA journal_mode=DELETE;\n");
+            let mut script = String::from(".log stderr\n.timeout 60000\nPRAGMA journal_mode=DELETE;\n");
             for i in 0..ROWS {
                 script.push_str(&format!("INSERT INTO t VALUES ('{w}', {i});\n"));
             }
