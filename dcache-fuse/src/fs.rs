@@ -122,7 +122,30 @@ pub enum KernelInval {
         /// The node id.
         node: u64,
     },
+    /// Nothing to send: passed once every invalidation queued before it
+    /// was sent (a granted lock waits for it, see `locks.rs`).
+    Barrier(InvalBarrier),
 }
+
+/// A mark in the invalidator's queue; see [`KernelInval::Barrier`].
+/// Barriers carry no data: any two compare equal.
+#[derive(Clone, Debug)]
+pub struct InvalBarrier(pub(crate) std::sync::mpsc::Sender<()>);
+
+impl InvalBarrier {
+    /// The invalidator reached it.
+    pub fn pass(&self) {
+        let _ = self.0.send(());
+    }
+}
+
+impl PartialEq for InvalBarrier {
+    fn eq(&self, _: &InvalBarrier) -> bool {
+        true
+    }
+}
+
+impl Eq for InvalBarrier {}
 
 /// Where the session puts the sender of its invalidator thread.
 pub type InvalSlot = Arc<OnceLock<Mutex<Sender<KernelInval>>>>;
@@ -190,9 +213,6 @@ impl DcacheFs {
     /// The connection is up: backing files are registered on `dev`, and
     /// attribute changes the kernel cannot know of are told on it.
     pub fn connected(&self, dev: Arc<Dev>) {
-        if let Some(l) = &self.locks {
-            l.connected(Notifier::new(dev.clone()));
-        }
         let _ = self.notifier.set(Notifier::new(dev));
     }
 
@@ -558,7 +578,11 @@ impl Handler for DcacheFs {
             // taken drops the kernel's cached pages first, unless the
             // kernel caches none (direct_io).
             let coherent = backend.lock_scope() == LockScope::Shared && !self.cfg.direct_io;
-            self.locks = Some(crate::locks::LockWaits::new(backend.clone(), coherent));
+            self.locks = Some(crate::locks::LockWaits::new(
+                backend.clone(),
+                coherent,
+                self.inval.clone(),
+            ));
         }
         if self.cfg.log && locks && !locks_on {
             eprintln!(

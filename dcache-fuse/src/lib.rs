@@ -96,7 +96,7 @@ pub use backend::Backend;
 #[cfg(not(loom))]
 pub use core::{Entry, FuseCore};
 #[cfg(not(loom))]
-pub use fs::{DcacheFs, InvalSlot, KernelInval};
+pub use fs::{DcacheFs, InvalBarrier, InvalSlot, KernelInval};
 #[cfg(not(loom))]
 pub use handles::Fh;
 #[cfg(not(loom))]

@@ -27,10 +27,10 @@ use dcache::errno::{Errno, Result};
 use dcache::fs::lock::{FileLock, Flavor, LockOwner};
 use dcache::fs::{FileSystem, Ino};
 
+use crate::fs::{InvalBarrier, InvalSlot, KernelInval};
 use crate::lockbook::WaitBook;
 use crate::sync::{Arc, Mutex};
 use crate::wire::abi::{self, LkIn};
-use crate::wire::dev::Notifier;
 use crate::wire::reply::{Later, Out};
 
 /// How long an INTERRUPT for a request not (yet) waiting is remembered.
@@ -104,23 +104,34 @@ enum Msg {
 struct Shared {
     book: WaitBook<Waiter>,
     backend: Arc<dyn FileSystem>,
-    /// Where the kernel's cache of a node is invalidated, once connected.
-    notifier: OnceLock<Notifier>,
+    /// The mount's invalidator queue (once mounted).
+    inval: InvalSlot,
     /// Other hosts change files (a shared backend): a lock taken must not
-    /// let the kernel serve pages or attributes it cached before.
+    /// let the kernel serve pages, attributes or names it cached before.
     coherent: bool,
 }
+
+/// How long a grant waits for the kernel's invalidations at most.
+const INVAL_WAIT: Duration = Duration::from_secs(5);
 
 impl Shared {
     /// Lock-to-read coherence (as NFS gives): before a lock taken on a
     /// shared backend is answered, the kernel drops what it cached of the
-    /// file (pages and attributes), so the holder reads what the previous
-    /// holder wrote. Sent from the lock thread, never a request handler:
-    /// dropping pages may wait on a page a READ of the same file holds.
+    /// file (pages and attributes) and every invalidation queued before
+    /// (names and attributes other hosts changed, which the backend
+    /// reported up to the lock's revision before `setlk` returned) has
+    /// been sent. The invalidator thread sends them, never a request
+    /// handler (dropping pages may wait on a page a READ holds); this
+    /// waits for it to pass a barrier queued after them.
     fn invalidate(&self, node: u64) {
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(node, 0, 0);
+        let Some(tx) = self.inval.get() else { return };
+        let (btx, brx) = channel();
+        {
+            let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = tx.send(KernelInval::Inode { node });
+            let _ = tx.send(KernelInval::Barrier(InvalBarrier(btx)));
         }
+        let _ = brx.recv_timeout(INVAL_WAIT);
     }
 }
 
@@ -136,22 +147,17 @@ pub(crate) struct LockWaits {
 impl LockWaits {
     /// For `backend`; `coherent`: invalidate the kernel's cache of a file
     /// whose lock is granted (a backend shared across hosts).
-    pub(crate) fn new(backend: Arc<dyn FileSystem>, coherent: bool) -> LockWaits {
+    pub(crate) fn new(backend: Arc<dyn FileSystem>, coherent: bool, inval: InvalSlot) -> LockWaits {
         LockWaits {
             shared: Arc::new(Shared {
                 book: WaitBook::new(),
                 backend,
-                notifier: OnceLock::new(),
+                inval,
                 coherent,
             }),
             retry: OnceLock::new(),
             epoch: Instant::now(),
         }
-    }
-
-    /// The connection is up: invalidations go to `n`.
-    pub(crate) fn connected(&self, n: Notifier) {
-        let _ = self.shared.notifier.set(n);
     }
 
     /// The backend that keeps the locks.

@@ -179,6 +179,18 @@ impl Inner {
                         let _ = tx.send(c);
                     }
                 }
+                // Release: a lock grant that reads it then queues a
+                // barrier behind these reports (`locks`).
+                if let Some(last) = resp
+                    .events()
+                    .iter()
+                    .filter_map(|e| e.kv())
+                    .map(|kv| kv.mod_revision())
+                    .max()
+                {
+                    self.reported.fetch_max(last, Ordering::Release);
+                    self.reported_moved.notify_waiters();
+                }
             }
         }
     }
@@ -243,6 +255,8 @@ impl Inner {
             let dl = self.deadline();
             if let Ok((rev, _)) = self.read(dl, vec![get(self.keys.inode(ROOT_INO))]).await {
                 self.cache.reset(rev);
+                self.reported.fetch_max(rev, Ordering::Release);
+                self.reported_moved.notify_waiters();
                 // Lock events in the gap are lost: every waiter retries.
                 self.lock_wakers.wake_all();
                 return;

@@ -94,6 +94,8 @@ impl EtcdFs {
             cluster_id,
             versions,
             lock_wakers: Default::default(),
+            reported: AtomicI64::new(0),
+            reported_moved: tokio::sync::Notify::new(),
         });
         let i = inner.clone();
         let record =

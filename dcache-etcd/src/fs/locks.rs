@@ -26,7 +26,7 @@ use dcache::{Errno, Ino, Result};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
 use super::client::{classify, Fail};
-use super::Inner;
+use super::{Change, Inner};
 use crate::locks::{client_hash, decode_into, encode, inode_end, inode_prefix, owner_key};
 
 impl Inner {
@@ -128,21 +128,35 @@ impl Inner {
     }
 
     /// A lock was granted at revision `at`: wait (until `dl` at most)
-    /// for the watch to have applied every change up to it, so that what
-    /// this client serves next (attributes from its mirror) includes
-    /// every change the previous holder made before letting go. Data is
-    /// read from etcd anyway.
+    /// for the watch to have applied every change up to it and handed
+    /// other clients' changes among them to the report thread, and for
+    /// that thread to have reported them to the Vfs (whose listeners, a
+    /// FUSE mount's invalidator, have them queued then). So what this
+    /// client serves next (attributes from its mirror, names, and through
+    /// a mount the kernel's cache once its queue is passed) includes every
+    /// change the previous holder made before letting go. Data is read
+    /// from etcd anyway.
     async fn catch_up_to(&self, at: i64, dl: Instant) {
-        // Acquire: pairs with the watch's Release of its revision after
-        // applying the events up to it.
-        while self
-            .cache
-            .watched
-            .load(std::sync::atomic::Ordering::Acquire)
-            < at
-            && Instant::now() < dl
-        {
-            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        loop {
+            // Registered before the check: a move after it is not missed.
+            let moved = self.reported_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            // Acquire: pairs with the watch's Release after it applied
+            // the events up to it and sent their reports.
+            if self.reported.load(std::sync::atomic::Ordering::Acquire) >= at {
+                break;
+            }
+            let left = dl.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, moved).await.is_err() {
+                return;
+            }
+        }
+        let Some(tx) = self.inval.get() else { return };
+        let (done, passed) = tokio::sync::oneshot::channel();
+        if tx.send(Change::Barrier(done)).is_ok() {
+            let left = dl.saturating_duration_since(Instant::now());
+            let _ = tokio::time::timeout(left, passed).await;
         }
     }
 

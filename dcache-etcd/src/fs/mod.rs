@@ -91,12 +91,20 @@ struct Inner {
     /// Waiters for a lock on an inode to go (`locks`): woken by the
     /// watch's lock events and by this client's own releases.
     lock_wakers: dcache::fs::lock::UnlockWakers,
+    /// The revision up to which the watch has handed other clients'
+    /// changes to the report thread (`locks`: a granted lock waits for
+    /// it).
+    reported: AtomicI64,
+    /// Told whenever `reported` moves.
+    reported_moved: tokio::sync::Notify,
 }
 
 /// A change another client made, as the watch saw it.
 enum Change {
     Entry(Ino, Vec<u8>),
     Inode(Ino),
+    /// Told once every change sent before it was reported (`locks`).
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 impl EtcdFs {
@@ -483,6 +491,10 @@ impl FileSystem for EtcdFs {
             .spawn(move || {
                 // Ends when the watch's sender goes with the client.
                 for c in rx {
+                    if let Change::Barrier(done) = c {
+                        let _ = done.send(());
+                        continue;
+                    }
                     let Some(inval) = attached.lock().unwrap_or_else(|e| e.into_inner()).clone()
                     else {
                         continue;
@@ -490,6 +502,7 @@ impl FileSystem for EtcdFs {
                     match c {
                         Change::Entry(dir, name) => inval.entry(dir, &name),
                         Change::Inode(ino) => inval.inode(ino, None),
+                        Change::Barrier(_) => {}
                     }
                 }
             });

@@ -327,6 +327,10 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
                     // Offset 0, length 0: the attributes and every cached
                     // page.
                     KernelInval::Inode { node } => notifier.inval_inode(node, 0, 0),
+                    KernelInval::Barrier(b) => {
+                        b.pass();
+                        Ok(())
+                    }
                 };
             }
         })?;
