@@ -30,7 +30,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dcache_bench::etcd::{etcd_binary, EtcdServer};
-use fuse_common::{fuse_or_skip, Daemon};
+use fuse_common::{fuse_or_skip, skip_if_off, Daemon};
 
 const HELPER: &str = "DCACHE_LOCK_HELPER";
 
@@ -311,7 +311,7 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> 
 #[test]
 fn flock_and_fcntl_exclude_across_mounts() {
     const T: &str = "flock_and_fcntl_exclude_across_mounts";
-    if !fuse_or_skip(T) || !etcd_or_skip(T) {
+    if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
         return;
     }
     let s = Setup::new(&[]);
@@ -412,7 +412,7 @@ fn flock_and_fcntl_exclude_across_mounts() {
 #[test]
 fn interrupted_and_killed_holders() {
     const T: &str = "interrupted_and_killed_holders";
-    if !fuse_or_skip(T) || !etcd_or_skip(T) {
+    if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
         return;
     }
     let s = Setup::new(&[]);
@@ -477,7 +477,7 @@ fn interrupted_and_killed_holders() {
 #[test]
 fn sqlite_from_two_mounts() {
     const T: &str = "sqlite_from_two_mounts";
-    if !fuse_or_skip(T) || !etcd_or_skip(T) {
+    if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
         return;
     }
     if !have("sqlite3") {
@@ -510,7 +510,8 @@ fn sqlite_from_two_mounts() {
     const ROWS: usize = 150;
     let writer = |db: PathBuf, w: &'static str| {
         std::thread::spawn(move || {
-            let mut script = String::from(".log stderr\n.timeout 60000\nPRAGMA journal_mode=DELETE;\n");
+            let mut script =
+                String::from(".log stderr\n.timeout 60000\nPRAGMA journal_mode=DELETE;\n");
             for i in 0..ROWS {
                 script.push_str(&format!("INSERT INTO t VALUES ('{w}', {i});\n"));
             }

@@ -450,6 +450,16 @@ mod tests {
         assert!(HELP.lines().any(|l| l.starts_with("no_uring ")));
     }
 
+    #[test]
+    fn locks_default_to_the_backend() {
+        assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().locks, None);
+        assert_eq!(MountOptions::parse(&["locks"]).unwrap().locks, Some(true));
+        assert_eq!(
+            MountOptions::parse(&["locks,no_locks"]).unwrap().locks,
+            Some(false)
+        );
+    }
+
     /// `-o help` lists every option `apply` takes, one line each.
     #[test]
     fn help_lists_every_option() {
