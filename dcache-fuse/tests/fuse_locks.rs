@@ -6,8 +6,10 @@
 //! blocked `flock` and a blocked F_OFD_SETLKW (SETLKW, answered late from
 //! the daemon's retry thread) are woken when the holder lets go; a
 //! blocked F_OFD_SETLKW interrupted by a signal returns EINTR at once
-//! (FUSE_INTERRUPT answers the waiting request). Without FUSE (or
-//! io_uring), one SKIPPED line.
+//! (FUSE_INTERRUPT answers the waiting request); more blocked waiters
+//! from one CPU than its io_uring queue has entries leave that CPU's
+//! other requests served (spare entries replace parked ones). Without
+//! FUSE (or io_uring), one SKIPPED line.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -263,5 +265,77 @@ fn without_locks_the_kernel_keeps_them() {
         Err(libc::EWOULDBLOCK)
     );
     drop((a, b));
+    m.unmount().unwrap();
+}
+
+/// Run this thread on CPU 0 only (its requests go to ring queue 0).
+fn pin0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays inside.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+#[test]
+fn more_waiters_than_a_queue_has_entries_over_io_uring() {
+    let Some(_on) = uring_or_skip("fuse_locks many waiters over io_uring") else {
+        return;
+    };
+    let m = mount(&["locks", "uring"]);
+    let Some(Transport::Uring { depth, .. }) = m.transport().cloned() else {
+        panic!("served over io_uring: {:?}", m.transport());
+    };
+    let p = m.path().join("f");
+    let a = open(&p);
+    ofd(&a, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 1).unwrap();
+    // More blocked F_OFD_SETLKW from CPU 0 than its queue has entries:
+    // each parks an entry, and a spare takes its place.
+    let n = depth + depth / 2;
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let (pc, tx) = (p.clone(), tx.clone());
+            std::thread::spawn(move || {
+                pin0();
+                let f = open(&pc);
+                let r = ofd(&f, libc::F_OFD_SETLKW, libc::F_RDLCK, 0, 1).map(|_| ());
+                tx.send(r).unwrap();
+                f
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(rx.try_recv().is_err(), "all wait");
+    // Other requests from CPU 0 are still served.
+    let (stx, srx) = mpsc::channel();
+    let pc = p.clone();
+    std::thread::spawn(move || {
+        pin0();
+        let r = std::fs::read(&pc).map(|d| d.len());
+        stx.send(r.ok()).unwrap();
+    });
+    let served = srx.recv_timeout(Duration::from_secs(5));
+    // Unlocked before anything is asserted, so that a failure ends the
+    // waiters (and frees the queue) rather than hanging the test.
+    ofd(&a, libc::F_OFD_SETLK, libc::F_UNLCK, 0, 0).unwrap();
+    for _ in 0..n {
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("granted")
+            .unwrap();
+    }
+    for w in waiters {
+        drop(w.join().unwrap());
+    }
+    assert_eq!(
+        served.expect("a read from CPU 0 served while the waiters wait"),
+        Some(10)
+    );
+    println!("{n} waiters from one CPU on queues of {depth} entries: all served");
+    drop(a);
     m.unmount().unwrap();
 }

@@ -173,6 +173,9 @@ pub(super) struct Queue {
     mailbox: Arc<Mailbox>,
     /// Entries parked: their request's handler will answer later.
     parked: usize,
+    /// Entries registered with the kernel so far (the first `depth`, then
+    /// one spare per parked entry, up to all of them).
+    registered: usize,
 }
 
 impl Queue {
@@ -187,16 +190,22 @@ impl Queue {
         stop: &impl AsRawFd,
     ) -> io::Result<Queue> {
         let depth = depth.clamp(1, 4096);
-        let region = Region::new(depth, payload)?;
+        // As many spare entries, registered only as entries park (a lock
+        // request waiting for its late reply), so that parked requests
+        // do not take the queue's depth away from other requests. A
+        // spare's pages are never touched until it is used.
+        let total = depth * 2;
+        let region = Region::new(total, payload)?;
         // Two more slots: the stop poll and the late-reply poll.
-        let ring = ring(u32::try_from(depth + 2).unwrap_or(u32::MAX))?;
+        let ring = ring(u32::try_from(total + 2).unwrap_or(u32::MAX))?;
         ring.submitter().register_files(&[dev])?;
         let mut q = Queue {
             ring,
             region,
             qid,
             live: 0,
-            commit: vec![0; depth],
+            registered: depth,
+            commit: vec![0; total],
             failed: None,
             early: Vec::new(),
             mailbox: Arc::new(Mailbox::new()?),
@@ -320,7 +329,7 @@ impl Queue {
             // The connection is gone when every entry still live is
             // parked and one has ended (all of them parked is a busy
             // queue: the late replies bring them back).
-            if stop || (self.live == self.parked && self.live < self.commit.len()) {
+            if stop || (self.live == self.parked && self.live < self.registered) {
                 return match self.failed.take() {
                     Some(e) => Err(io::Error::new(
                         e.kind(),
@@ -363,8 +372,17 @@ impl Queue {
         let (head, payload) = unsafe { self.region.entry(e) };
         out.set_slot(e);
         let Some(commit_id) = fill_reply(head, payload, handler, access, out) else {
-            // Parked until its handler's late reply comes (the mailbox).
+            // Parked until its handler's late reply comes (the mailbox);
+            // a spare entry takes its place while there is one.
             self.parked += 1;
+            if self.registered < self.commit.len() {
+                let s = self.registered;
+                let sqe =
+                    register_sqe(types::Fixed(0), self.qid, self.region.iov_addr(s), s as u64);
+                self.push(&sqe)?;
+                self.registered += 1;
+                self.live += 1;
+            }
             return Ok(());
         };
         self.commit[e] = commit_id;
