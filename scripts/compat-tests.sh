@@ -16,5 +16,5 @@ export DCACHE_TEST_MOUNT_OPTIONS=no_uring,no_passthrough_io,no_zero_trip_open,no
 echo "compat-tests: every mount with -o $DCACHE_TEST_MOUNT_OPTIONS"
 cargo test --no-fail-fast "$@" -p dcache-cli --test fuse --test fuse_tools \
     --test fuse_fileops --test fuse_xattr --test fuse_acl --test fuse_edges \
-    --test fuse_escape --test fuse_daemon --test mount_diff \
+    --test fuse_escape --test fuse_daemon --test mount_diff --test fuse_writeback \
     --test perm_diff --test fuse_uring --test etcd_mounts --test etcd_locks

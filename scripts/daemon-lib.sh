@@ -1,4 +1,5 @@
-# Sourced by scripts/fuse-callgrind.sh and scripts/fuse-vs-libfuse.sh:
+# Sourced by the FUSE benchmark scripts (fuse-callgrind, fuse-vs-libfuse,
+# fuse-uring-bench, mount-bench):
 # stopping a FUSE daemon without ever waiting unbounded. The caller sets
 # DPID (the daemon's pid), CONN (its fusectl connection number, or empty)
 # and ME (the script's name, for messages).
@@ -31,4 +32,37 @@ kill_daemon() {
     echo "$ME: daemon $DPID would not die" >&2
   fi
   DPID=
+}
+
+# wait_mounted MNT LOG: wait (at most 10 s) until the daemon in DPID has
+# mounted MNT, and set CONN; else print its LOG and fail.
+wait_mounted() {
+  local m=$1 log=$2 i
+  for i in $(seq 200); do
+    mountpoint -q "$m" && break
+    kill -0 "$DPID" 2> /dev/null || break
+    sleep 0.05
+  done
+  mountpoint -q "$m" || { echo "$ME: no mount on $m after ${i}x50 ms:" >&2; cat "$log" >&2; return 1; }
+  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+}
+
+# stop_daemon MNT SECONDS: SIGTERM the daemon in DPID, SIGKILL it (and
+# abort its connection) if it is not gone within SECONDS, and make sure
+# MNT is unmounted and removed.
+stop_daemon() {
+  local m=$1
+  kill -TERM "$DPID" 2> /dev/null || true
+  if gone "$DPID" "$2"; then
+    wait "$DPID" 2> /dev/null || true
+    DPID=
+  else
+    echo "$ME: daemon $DPID ignored SIGTERM for $2 s; killed" >&2
+    kill_daemon
+  fi
+  if mountpoint -q "$m"; then
+    fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null ||
+      fusermount3 -u -z -q "$m" 2> /dev/null || umount -l "$m"
+  fi
+  rmdir "$m" 2> /dev/null || true
 }

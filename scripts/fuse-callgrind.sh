@@ -2,7 +2,7 @@
 # Userspace instructions per FUSE request, read to reply, as in README
 # "Against libfuse": `dcache mount --backend mem` runs under callgrind with
 # one worker (-s), no busy polling (poll_us=0) and every timeout 0, and the
-# C client (scripts/statloop.c) stats a/b/c/file through it: 9 requests per
+# C client (scripts/mountload.c (stat-deep)) stats a/b/c/file through it: 9 requests per
 # stat (4 LOOKUPs, one per component, a GETATTR of each directory before
 # its LOOKUP and one of the file: memfs keeps ACLs, so FUSE_POSIX_ACL is
 # negotiated, which makes the kernel check permissions itself, refreshing
@@ -86,7 +86,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-cc -O2 -pthread -o "$W/statloop" "$HERE/statloop.c"
+cc -O2 -pthread -o "$W/mountload" "$HERE/mountload.c"
 mkdir -p "$M"
 
 echo "daemon: valgrind --tool=callgrind $BIN mount -f -s --backend mem -o $OPTS"
@@ -109,15 +109,15 @@ CONN=$(awk -v m="$M" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/moun
 # Ours serves an empty memfs: create the tree through the mount, warm up.
 mkdir -p "$M/a/b/c"
 : > "$M/a/b/c/file"
-"$W/statloop" "$M" 1 60 1000 > /dev/null
+"$W/mountload" stat-deep "$M" 1 60 1000 > /dev/null
 
 timeout 60 callgrind_control -z "$DPID" > "$W/zero.log" 2>&1 || {
   echo "fuse-callgrind: callgrind_control -z failed:" >&2
   cat "$W/zero.log" >&2
   exit 1
 }
-echo "client: statloop, $STATS stats of a/b/c/file (1 thread)"
-client=$("$W/statloop" "$M" 1 3600 "$STATS")
+echo "client: mountload stat-deep, $STATS stats of a/b/c/file (1 thread)"
+client=$("$W/mountload" stat-deep "$M" 1 3600 "$STATS")
 echo "  $client"
 timeout 60 callgrind_control -d "$DPID" > "$W/dump.log" 2>&1 || {
   echo "fuse-callgrind: callgrind_control -d failed:" >&2
@@ -138,7 +138,7 @@ fi
 
 DUMP=$(find "$OUTDIR" -name 'callgrind.out.*' | sort -V | head -n 1)
 [ -n "$DUMP" ] || { echo "fuse-callgrind: no dump in $OUTDIR" >&2; exit 1; }
-stats=$(echo "$client" | sed 's/.* stats=\([0-9]*\) .*/\1/')
+stats=$(echo "$client" | sed 's/.* ops=\([0-9]*\) .*/\1/')
 
 # Ir in the dump ("summary:"; "totals:", the sum of all its cost lines,
 # must agree) and calls of the request handlers. Function names are

@@ -6,7 +6,7 @@
 # daemons:
 #
 #   stat   -o attr_timeout=0,entry_timeout=0,no_default_permissions:
-#          scripts/statloop.c, 1 thread, fstatat("a/b/c/file") for SECONDS
+#          scripts/mountload.c (stat-deep), 1 thread, fstatat("a/b/c/file") for SECONDS
 #          (every stat reaches the daemon: 4 LOOKUPs and a GETATTR)
 #   io     default options:
 #          create  a Python loop creating (open O_CREAT + close) 10,000
@@ -62,7 +62,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 echo Y > "$PARAM"
 
-cc -O2 -pthread -o "$W/statloop" "$HERE/statloop.c"
+cc -O2 -pthread -o "$W/mountload" "$HERE/mountload.c"
 
 # start OPTS MNT LOG: a daemon in the background (DPID), mounted.
 start() {
@@ -70,29 +70,12 @@ start() {
   mkdir -p "$m"
   "$BIN" mount -f --backend mem -o "$o" "$m" 2> "$log" &
   DPID=$!
-  for i in $(seq 100); do
-    mountpoint -q "$m" && break
-    kill -0 "$DPID" 2> /dev/null || break
-    sleep 0.05
-  done
-  mountpoint -q "$m" || { echo "$ME: no mount after ${i}x50 ms:" >&2; cat "$log" >&2; return 1; }
-  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  wait_mounted "$m" "$log"
   # The transport the daemon logs once mounted.
   for i in $(seq 100); do grep -q "FUSE over" "$log" && break; sleep 0.02; done
 }
 
-stop() {
-  local m=$1
-  kill -TERM "$DPID" 2> /dev/null || true
-  if gone "$DPID" 20; then
-    wait "$DPID" 2> /dev/null || true
-    DPID=
-  else
-    kill_daemon
-  fi
-  if mountpoint -q "$m"; then fusermount3 -u -q "$m" 2> /dev/null || umount -l "$m"; fi
-  rmdir "$m" 2> /dev/null || true
-}
+stop() { stop_daemon "$1" 20; }
 
 now() { date +%s.%N; }
 rate() { awk -v n="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.0f\n", n / (b - a) }'; }
@@ -113,8 +96,9 @@ for r in $(seq "$ROUNDS"); do
     grep -q "FUSE over $([ $t = uring ] && echo io_uring || echo /dev/fuse)" "$W/stat.$run.log" ||
       { echo "$ME: $t not in use:" >&2; cat "$W/stat.$run.log" >&2; exit 1; }
     mkdir -p "$m/a/b/c" && : > "$m/a/b/c/file"
-    out=$(timeout $((SECS + 30)) "$W/statloop" "$m" 1 "$SECS")
-    stats=${out##*stats/s=}
+    out=$(timeout $((SECS + 30)) "$W/mountload" stat-deep "$m" 1 "$SECS")
+    stats=${out##*rate=}
+    stats=${stats%% *}
     stop "$m"
 
     start "$x" "$m" "$W/io.$run.log"

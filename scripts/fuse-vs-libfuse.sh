@@ -3,7 +3,7 @@
 # passthrough_ll (cache=never, over a tmpfs tree), as in README "Against
 # libfuse". Each run starts a fresh daemon on its own mount point, creates
 # a/b/c/file (through the mount for ours: it serves an empty memfs), runs
-# scripts/statloop.c (THREADS threads, each fstatat(dirfd, "a/b/c/file") in a
+# scripts/mountload.c (stat-deep) (THREADS threads, each fstatat(dirfd, "a/b/c/file") in a
 # loop) for SECONDS, and stops the daemon. Rounds alternate the servers:
 #
 #   libfuse        passthrough_ll -f -o source=TREE,cache=never MNT
@@ -76,13 +76,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-echo "building statloop and passthrough_ll (cc -O2) in $W/bin"
+echo "building mountload and passthrough_ll (cc -O2) in $W/bin"
 mkdir -p "$W/bin"
-cc -O2 -pthread -o "$W/bin/statloop" "$HERE/statloop.c"
+cc -O2 -pthread -o "$W/bin/mountload" "$HERE/mountload.c"
 # shellcheck disable=SC2046 # pkg-config prints several words on purpose
 cc -O2 $(pkg-config fuse3 --cflags) -o "$W/bin/passthrough_ll" "$PLL_SRC" \
   $(pkg-config fuse3 --libs)
-STATLOOP=$W/bin/statloop
+STATLOOP=$W/bin/mountload
 PLL=$W/bin/passthrough_ll
 
 # libfuse's source tree: on its own tmpfs when we may mount one.
@@ -109,41 +109,13 @@ start() {
     ours-poll*) "$BIN" mount -f --backend mem -o "$OURS_OPTS,poll_us=${v#ours-poll}" "$m" \
       2> "$log" & DPID=$! ;;
   esac
-  for i in $(seq 100); do
-    mountpoint -q "$m" && break
-    kill -0 "$DPID" 2> /dev/null || break
-    sleep 0.05
-  done
-  if ! mountpoint -q "$m"; then
-    echo "fuse-vs-libfuse: $v did not mount after ${i}x50 ms:" >&2
-    cat "$log" >&2
-    return 1
-  fi
-  # Its fusectl connection number (the minor of the mount's device).
-  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  wait_mounted "$m" "$log"
   # Ours serves an empty memfs: create the tree through the mount.
   case $v in ours*) mkdir -p "$m/a/b/c" && : > "$m/a/b/c/file" ;; esac
   stat "$m/a/b/c/file" > /dev/null
 }
 
-# stop MNT: end the daemon in DPID (SIGTERM, then SIGKILL after 5 s) and
-# make sure MNT is unmounted.
-stop() {
-  local m=$1
-  kill -TERM "$DPID" 2> /dev/null || true
-  if gone "$DPID" 5; then
-    wait "$DPID" 2> /dev/null || true
-    DPID=
-  else
-    echo "fuse-vs-libfuse: daemon $DPID ignored SIGTERM for 5 s; killed" >&2
-    kill_daemon
-  fi
-  if mountpoint -q "$m"; then
-    fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null ||
-      fusermount3 -u -z -q "$m" 2> /dev/null || umount -l "$m"
-  fi
-  rmdir "$m" 2> /dev/null || true
-}
+stop() { stop_daemon "$1" 5; }
 
 RES=$W/results # lines: THREADS ROUND VARIANT STATS_PER_S
 : > "$RES"
@@ -158,13 +130,14 @@ for r in $(seq "$ROUNDS"); do
       run=$((run + 1))
       m=$W/mnt.$run
       start "$v" "$m" "$W/daemon.$run.log"
-      out=$(timeout $((SECS + 30)) "$STATLOOP" "$m" "$t" "$SECS") || {
+      out=$(timeout $((SECS + 30)) "$STATLOOP" stat-deep "$m" "$t" "$SECS") || {
         echo "fuse-vs-libfuse: client failed against $v: $out" >&2
         cat "$W/daemon.$run.log" >&2
         exit 1
       }
       stop "$m"
-      rate=${out##*stats/s=}
+      rate=${out##*rate=}
+      rate=${rate%% *}
       echo "$t $r $v $rate" >> "$RES"
       line="$line $v $rate"
     done

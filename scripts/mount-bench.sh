@@ -108,30 +108,11 @@ start() {
     devfuse) "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
     libfuse) "$PLL" -f -o "source=$T,timeout=$to,default_permissions" "$m" 2> "$log" & DPID=$! ;;
   esac
-  for i in $(seq 200); do
-    mountpoint -q "$m" && break
-    kill -0 "$DPID" 2> /dev/null || break
-    sleep 0.05
-  done
-  mountpoint -q "$m" || { echo "$ME: $s did not mount:" >&2; cat "$log" >&2; return 1; }
-  CONN=$(awk -v m="$m" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  wait_mounted "$m" "$log"
   stat "$m/a/b/c/file" > /dev/null
 }
 
-stop() {
-  local m=$1
-  kill -TERM "$DPID" 2> /dev/null || true
-  if gone "$DPID" 5; then
-    wait "$DPID" 2> /dev/null || true
-    DPID=
-  else
-    kill_daemon
-  fi
-  if mountpoint -q "$m"; then
-    fusermount3 -u -q "$m" 2> /dev/null || umount "$m" 2> /dev/null || umount -l "$m"
-  fi
-  rmdir "$m" 2> /dev/null || true
-}
+stop() { stop_daemon "$1" 5; }
 
 RES=$W/results # lines: WORKLOAD THREADS ROUND SERVER RATE UNIT
 : > "$RES"

@@ -1,7 +1,7 @@
 /* Load client for scripts/mount-bench.sh: one workload, THREADS threads,
  * against a directory (a FUSE mount or tmpfs itself).
  *
- *   mountload MODE DIR THREADS SECONDS
+ *   mountload MODE DIR THREADS SECONDS [MAX_OPS_PER_THREAD]
  *
  * MODE:
  *   stat-one     fstatat(dir, "one")                  (the name must exist)
@@ -16,6 +16,10 @@
  *                its cached pages (POSIX_FADV_DONTNEED); MB/s
  *   randread     each thread preads 4 KiB at random 4 KiB-aligned offsets
  *                of big<T> for SECONDS
+ *
+ * With MAX_OPS_PER_THREAD above 0, each thread of a timed mode stops after
+ * that many operations (SECONDS is then only an upper bound): a fixed
+ * count for instruction counting (scripts/fuse-callgrind.sh).
  *
  * Prints one line:  mode=M threads=N ops=TOTAL seconds=S rate=R unit=U
  * (U: ops/s or MB/s). Exits 1 on the first failed call (prints it).
@@ -38,6 +42,7 @@
 #define BIG (1024L * MIB)
 
 static atomic_int stop;
+static long max_ops;
 static int dirfd_;
 static const char *mode;
 
@@ -48,7 +53,15 @@ struct worker {
 	long bytes;
 	int err;
 	const char *what;
+	atomic_int done;
 };
+
+/* Whether a timed loop goes on after w's operations so far. */
+static int more(const struct worker *w)
+{
+	return !atomic_load_explicit(&stop, memory_order_relaxed) &&
+	       (max_ops <= 0 || w->ops < max_ops);
+}
 
 static int fail(struct worker *w, const char *what)
 {
@@ -61,7 +74,7 @@ static int run_stat(struct worker *w, const char *path)
 {
 	struct stat st;
 
-	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+	while (more(w)) {
 		if (fstatat(dirfd_, path, &st, 0) != 0)
 			return fail(w, "fstatat");
 		w->ops++;
@@ -71,7 +84,7 @@ static int run_stat(struct worker *w, const char *path)
 
 static int run_openclose(struct worker *w)
 {
-	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+	while (more(w)) {
 		int fd = openat(dirfd_, "a/b/c/file", O_RDONLY);
 
 		if (fd < 0)
@@ -89,7 +102,7 @@ static int run_create(struct worker *w)
 	snprintf(dir, sizeof dir, "t%d", w->id);
 	if (mkdirat(dirfd_, dir, 0755) != 0 && errno != EEXIST)
 		return fail(w, "mkdir");
-	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+	while (more(w)) {
 		snprintf(name, sizeof name, "%s/%ld", dir, w->ops);
 		int fd = openat(dirfd_, name, O_CREAT | O_EXCL | O_WRONLY, 0644);
 
@@ -161,7 +174,7 @@ static int run_randread(struct worker *w)
 	if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < 4096)
 		return fail(w, "open for random reads");
 	long pages = st.st_size / 4096;
-	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+	while (more(w)) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
@@ -192,6 +205,7 @@ static void *run(void *arg)
 		run_seqread(w);
 	else if (!strcmp(mode, "randread"))
 		run_randread(w);
+	atomic_store(&w->done, 1);
 	return NULL;
 }
 
@@ -205,8 +219,9 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: %s MODE DIR THREADS SECONDS\n", argv[0]);
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: %s MODE DIR THREADS SECONDS [MAX_OPS_PER_THREAD]\n",
+			argv[0]);
 		return 2;
 	}
 	mode = argv[1];
@@ -214,6 +229,19 @@ int main(int argc, char **argv)
 	double seconds = atof(argv[4]);
 	int timed = strcmp(mode, "seqwrite") && strcmp(mode, "seqread");
 
+	if (argc == 6)
+		max_ops = atol(argv[5]);
+
+	static const char *const modes[] = { "stat-one", "stat-deep", "openclose", "create",
+					     "seqwrite", "seqread", "randread" };
+	int known = 0;
+
+	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+		known |= !strcmp(mode, modes[i]);
+	if (!known) {
+		fprintf(stderr, "unknown MODE %s\n", mode);
+		return 2;
+	}
 	if (threads < 1 || threads > 256 || seconds <= 0) {
 		fprintf(stderr, "bad THREADS or SECONDS\n");
 		return 2;
@@ -234,9 +262,19 @@ int main(int argc, char **argv)
 		}
 	}
 	if (timed) {
-		struct timespec d = { (time_t)seconds,
-				      (long)((seconds - (time_t)seconds) * 1e9) };
-		nanosleep(&d, NULL);
+		/* Until SECONDS have passed, or every thread has stopped on
+		 * its count. */
+		while (now() - t0 < seconds) {
+			int running = 0;
+
+			for (int i = 0; i < threads; i++)
+				running |= !atomic_load(&ws[i].done);
+			if (!running)
+				break;
+			struct timespec d = { 0, 1000000 };
+
+			nanosleep(&d, NULL);
+		}
 		atomic_store(&stop, 1);
 	}
 	long ops = 0, bytes = 0;

@@ -19,7 +19,7 @@ user=65534
 # Per binary; perm_diff, the longest, takes about two minutes on 2 CPUs.
 limit=${NONROOT_TEST_TIMEOUT:-900}
 suites=(fuse fuse_tools fuse_fileops fuse_xattr fuse_acl fuse_edges
-    fuse_escape fuse_daemon mount_diff perm_diff fuse_uring etcd_mounts)
+    fuse_escape fuse_daemon mount_diff perm_diff fuse_uring etcd_mounts fuse_writeback)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "nonroot-tests: SKIPPED (needs root to build as root and run as uid $user)"

@@ -27,7 +27,7 @@ rc=0
 cargo test --no-fail-fast "$@" -p dcache-fuse || rc=$?
 cargo test --no-fail-fast "$@" -p dcache-cli --test fuse --test fuse_tools \
     --test fuse_fileops --test fuse_xattr --test fuse_acl --test fuse_edges \
-    --test fuse_escape --test fuse_daemon --test mount_diff \
+    --test fuse_escape --test fuse_daemon --test mount_diff --test fuse_writeback \
     --test perm_diff --test fuse_uring --test etcd_mounts || {
     r=$?
     [ "$rc" -ne 0 ] || rc=$r

@@ -31,6 +31,9 @@ enum Command {
     /// can serve (once per volume; --adopt for a namespace from before
     /// volumes).
     Format(crate::format::FormatArgs),
+    /// Delete the objects of an etcd volume's data store that no file
+    /// names (left by writers that died before committing).
+    Gc(crate::format::GcArgs),
     /// Print the field layout of dcache's hot structures, pahole-style.
     Layout(LayoutArgs),
     /// Serve a backend through FUSE on MOUNTPOINT (libfuse-style -f, -s, -o).
@@ -135,6 +138,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     match cli.command {
         Command::Bench(a) => bench_main(a),
         Command::Format(a) => crate::format::main(a),
+        Command::Gc(a) => crate::format::gc_main(a),
         Command::Layout(a) => layout_main(a),
         Command::Mount(a) => crate::mount::main(a),
     }

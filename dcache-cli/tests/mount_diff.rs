@@ -645,3 +645,27 @@ fn mount_etcd_vs_tmpfs() {
     against_mount(T, "etcd", |_| format!("etcd:{spec}"));
     drop(server);
 }
+
+/// The etcd backend with file data in an object store (a local directory
+/// store): the same sequence, through buffered writes committed at close.
+#[test]
+fn mount_etcd_objects_vs_tmpfs() {
+    const T: &str = "mount_etcd_objects_vs_tmpfs";
+    if !dcache_bench::etcd::etcd_binary() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{T}: the etcd binary is missing (apt-get install etcd-server)");
+        }
+        eprintln!("SKIP {T}: no etcd binary (apt-get install etcd-server)");
+        return;
+    }
+    let server = dcache_bench::etcd::EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_spec();
+    let data = tempfile::tempdir().expect("tempdir");
+    let opts = dcache_etcd::FormatOptions {
+        data: Some(data.path().to_str().expect("utf-8").to_string()),
+        ..Default::default()
+    };
+    dcache_etcd::format(&spec, &opts).expect("format --data");
+    against_mount(T, "etcd", |_| format!("etcd:{spec}"));
+    drop(server);
+}

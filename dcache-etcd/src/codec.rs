@@ -7,14 +7,18 @@
 //! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]), extended attributes included |
 //! | `P/d/<dir:16 hex>/<name>` | a directory entry ([`Entry`]) |
 //! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
-//! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data |
+//! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data (inline volumes) |
+//! | `P/b/<ino:16 hex>/<chunk:8 hex>` | a 64 MiB chunk's slice list (`crate::slices`; object-store volumes) |
+//! | `P/a/n` | the next free slice id (8 bytes LE) |
+//! | `P/a/g/<id:16 hex>` | a garbage record: objects dropped, deleted after the grace period |
+//! | `P/a/i/<ino:16 hex>` | a removed inode whose slice lists and objects are still to be deleted (ms, 8 bytes LE) |
 //! | `P/n` | the next free inode number (8 bytes LE) |
 //! | `P/volume` | the volume record (`crate::volume`), written by `format` |
 //! | `P/o/<client id>` | the id of that client's last committed transaction (on its lease) |
 //! | `P/s/<client id>` | that client's session record (on its lease, see [`crate::session`]) |
 //!
 //! The watch covers `P/d/` up to the end of `P/w/` (everything but file
-//! data): inode records (whose mod_revision is the revision a cached entry
+//! data, which sorts before it): inode records (whose mod_revision is the revision a cached entry
 //! of that directory is validated against), directory entries (which name
 //! changed, for the invalidations a client passes on) and the marker keys
 //! (which changes are the client's own). Nothing in it is written on a
@@ -137,6 +141,57 @@ impl Keys {
     /// The prefix of all of `ino`'s data chunks.
     pub fn chunks(&self, ino: Ino) -> Vec<u8> {
         self.k(&[b"/c/", hex16(ino).as_bytes(), b"/"])
+    }
+    /// Chunk `idx`'s slice list (object-store volumes).
+    pub fn slices(&self, ino: Ino, idx: u64) -> Vec<u8> {
+        self.k(&[
+            b"/b/",
+            hex16(ino).as_bytes(),
+            b"/",
+            format!("{idx:08x}").as_bytes(),
+        ])
+    }
+    /// The prefix of all of `ino`'s slice lists.
+    pub fn slice_lists(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/b/", hex16(ino).as_bytes(), b"/"])
+    }
+    /// The prefix of every slice list of the volume.
+    pub fn all_slice_lists(&self) -> Vec<u8> {
+        self.k(&[b"/b/"])
+    }
+    /// The inode and chunk index of a slice-list key.
+    pub fn parse_slices(&self, key: &[u8]) -> Option<(Ino, u64)> {
+        let rest = key
+            .strip_prefix(self.prefix.as_slice())?
+            .strip_prefix(b"/b/")?;
+        if rest.len() != 25 || rest[16] != b'/' {
+            return None;
+        }
+        let s = std::str::from_utf8(rest).ok()?;
+        Some((
+            u64::from_str_radix(&s[..16], 16).ok()?,
+            u64::from_str_radix(&s[17..], 16).ok()?,
+        ))
+    }
+    pub fn next_slice(&self) -> Vec<u8> {
+        self.k(&[b"/a/n"])
+    }
+    pub fn garbage(&self, id: u64) -> Vec<u8> {
+        self.k(&[b"/a/g/", hex16(id).as_bytes()])
+    }
+    pub fn all_garbage(&self) -> Vec<u8> {
+        self.k(&[b"/a/g/"])
+    }
+    pub fn dead_inode(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/a/i/", hex16(ino).as_bytes()])
+    }
+    pub fn dead_inodes(&self) -> Vec<u8> {
+        self.k(&[b"/a/i/"])
+    }
+    /// The number at the end of a `P/a/g/` or `P/a/i/` key.
+    pub fn parse_tail(key: &[u8]) -> Option<u64> {
+        let s = std::str::from_utf8(key.get(key.len().checked_sub(16)?..)?).ok()?;
+        u64::from_str_radix(s, 16).ok()
     }
     pub fn next_ino(&self) -> Vec<u8> {
         self.k(&[b"/n"])
@@ -551,6 +606,20 @@ mod tests {
             assert!(lo <= key && key < hi);
         }
         assert!(k.chunk(1, 0) < lo);
+        for key in [
+            k.slices(1, 0),
+            k.next_slice(),
+            k.garbage(1),
+            k.dead_inode(1),
+        ] {
+            assert!(key < lo);
+        }
+        assert_eq!(
+            k.parse_slices(&k.slices(0xab, 0x1234)),
+            Some((0xab, 0x1234))
+        );
+        assert_eq!(k.parse_slices(&k.chunk(0xab, 1)), None);
+        assert_eq!(Keys::parse_tail(&k.garbage(0x77)), Some(0x77));
         assert!(Keys::new("/x2").inode(1) >= hi);
     }
 }

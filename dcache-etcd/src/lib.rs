@@ -37,14 +37,18 @@
 mod cache;
 pub mod codec;
 mod fs;
+pub mod gc;
 pub mod locks;
 pub mod progress;
 pub mod session;
+pub mod slices;
 pub mod spec;
+pub mod store;
 pub mod volume;
 pub mod xattr;
 
 pub use cache::CacheStats;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
+pub use gc::{gc, GcOptions, GcReport};
 pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};
-pub use volume::{destroy, format, Error, FormatOptions, Volume, VolumeRecord};
+pub use volume::{destroy, format, DataStore, Error, FormatOptions, Volume, VolumeRecord};

@@ -31,6 +31,16 @@ pub struct Options {
     /// at least 2 s (etcd's minimum lease TTL is longer on most clusters:
     /// the server may raise it).
     pub lease_ttl: Duration,
+    /// Object-store volumes: how long an object no list names any more
+    /// (overwritten, truncated, unlinked) is kept before the collector
+    /// deletes it, so that a read that began before the change can still
+    /// fetch it. Every client collects; this one's bound applies to what
+    /// it collects.
+    pub gc_grace: Duration,
+    /// Object-store volumes: the most bytes of objects kept in memory
+    /// after a read (objects never change, so what is kept is never
+    /// stale).
+    pub read_cache_bytes: u64,
 }
 
 impl Default for Options {
@@ -40,6 +50,8 @@ impl Default for Options {
             timeout: Duration::from_secs(5),
             progress_interval: None,
             lease_ttl: Duration::from_secs(10),
+            gc_grace: Duration::from_secs(60),
+            read_cache_bytes: 256 << 20,
         }
     }
 }

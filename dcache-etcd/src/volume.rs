@@ -16,10 +16,16 @@ use dcache::{Errno, FileType};
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 
 use crate::codec::{Keys, Rec, CHUNK, ROOT_INO};
+use crate::slices::SLICE_CHUNK;
 use crate::spec::{parse_spec, Spec};
 
-/// The layout version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest layout version this build writes and reads: 2, file data
+/// in an object store (slice lists in etcd, `crate::slices`). Volumes
+/// whose data is inline in etcd keep version 1, their layout unchanged,
+/// so clients built before object stores still serve them.
+pub const FORMAT_VERSION: u32 = 2;
+/// The version of a volume whose data is inline in etcd.
+pub const FORMAT_INLINE: u32 = 1;
 
 /// The first line of every record.
 const MAGIC: &str = "dcache-volume 1";
@@ -61,8 +67,11 @@ pub const ENOMEDIUM: Errno = Errno(libc::ENOMEDIUM);
 /// Where a volume keeps file data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DataStore {
-    /// In etcd, 64 KiB a key (`P/c/`).
+    /// In etcd, 64 KiB a key (`P/c/`): format 1.
     Inline,
+    /// Objects in the store at this URL (`crate::store`), slice lists of
+    /// 64 MiB chunks in etcd (`P/b/`): format 2.
+    Objects(String),
 }
 
 /// The volume record.
@@ -96,13 +105,22 @@ impl fmt::Display for Volume {
 }
 
 impl VolumeRecord {
-    /// A new record with a random UUID.
+    /// A new record with a random UUID and inline data.
     pub fn new() -> Result<VolumeRecord, Error> {
+        VolumeRecord::with_store(DataStore::Inline)
+    }
+
+    /// A new record with a random UUID whose data goes to `store`.
+    pub fn with_store(store: DataStore) -> Result<VolumeRecord, Error> {
+        let (format, chunk) = match store {
+            DataStore::Inline => (FORMAT_INLINE, CHUNK),
+            DataStore::Objects(_) => (FORMAT_VERSION, SLICE_CHUNK),
+        };
         Ok(VolumeRecord {
             uuid: new_uuid()?,
-            format: FORMAT_VERSION,
-            chunk: CHUNK,
-            store: DataStore::Inline,
+            format,
+            chunk,
+            store,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
@@ -111,11 +129,12 @@ impl VolumeRecord {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let store = match self.store {
-            DataStore::Inline => "inline",
+        let (store, url) = match &self.store {
+            DataStore::Inline => ("inline", "-"),
+            DataStore::Objects(url) => ("objects", url.as_str()),
         };
         format!(
-            "{MAGIC}\nuuid {}\nformat {}\nchunk {}\nstore {store}\nstore-url -\ncreated {}\n",
+            "{MAGIC}\nuuid {}\nformat {}\nchunk {}\nstore {store}\nstore-url {url}\ncreated {}\n",
             self.uuid, self.format, self.chunk, self.created
         )
         .into_bytes()
@@ -154,26 +173,39 @@ impl VolumeRecord {
             ));
         }
         let chunk = chunk.ok_or_else(|| bad("no chunk size"))?;
-        if chunk != CHUNK {
-            return Err(Error::new(
-                Errno::EIO,
-                format!("the volume's chunks are {chunk} bytes; this dcache uses {CHUNK}"),
-            ));
-        }
-        let store = match (store.as_deref(), url.as_deref()) {
-            (Some("inline"), None | Some("-")) => DataStore::Inline,
-            (s, u) => {
+        let store = match (format, store.as_deref(), url.as_deref()) {
+            (FORMAT_INLINE, Some("inline"), None | Some("-")) => DataStore::Inline,
+            // Only the canonical forms `format` writes.
+            (FORMAT_VERSION, Some("objects"), Some(u))
+                if u.starts_with("file:///") || u.starts_with("s3://") =>
+            {
+                crate::store::StoreUrl::parse(u)
+                    .map_err(|e| Error::new(Errno::EIO, format!("the volume's data store: {e}")))?;
+                DataStore::Objects(u.to_string())
+            }
+            (f, s, u) => {
                 return Err(Error::new(
                     Errno::EIO,
                     format!(
-                        "the volume keeps its data in store {} {}, which this dcache cannot \
-                         reach (it knows only inline data)",
+                        "the volume (format {f}) keeps its data in store {} {}, which this \
+                         dcache cannot serve (it knows inline data, format 1, and objects, \
+                         format 2)",
                         s.unwrap_or("?"),
                         u.unwrap_or("-")
                     ),
                 ))
             }
         };
+        let want = match store {
+            DataStore::Inline => CHUNK,
+            DataStore::Objects(_) => SLICE_CHUNK,
+        };
+        if chunk != want {
+            return Err(Error::new(
+                Errno::EIO,
+                format!("the volume's chunks are {chunk} bytes; this dcache uses {want}"),
+            ));
+        }
         Ok(VolumeRecord {
             uuid: uuid.filter(|u| is_uuid(u)).ok_or_else(|| bad("no uuid"))?,
             format,
@@ -220,6 +252,10 @@ pub struct FormatOptions {
     /// keys `P/w/h/` deleted). Without it, a prefix holding any key is
     /// refused.
     pub adopt: bool,
+    /// Where file data goes: a store URL (`crate::store`: `file:///DIR`,
+    /// `s3://BUCKET/PREFIX?endpoint=...`), or `None` to keep it inline
+    /// in etcd (small files on one host, see the README).
+    pub data: Option<String>,
 }
 
 /// The spec as a person would type it again (`etcd:EP,EP/prefix`).
@@ -227,7 +263,7 @@ pub fn spec_string(spec: &Spec) -> String {
     format!("etcd:{}{}", spec.endpoints.join(","), spec.prefix)
 }
 
-fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
+pub(crate) fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
     Error::new(
         Errno::EIO,
         format!("cannot reach etcd at {}: {e}", spec.endpoints.join(",")),
@@ -235,7 +271,7 @@ fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
 }
 
 /// A client of `spec`'s cluster.
-async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
+pub(crate) async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
     let opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
     Client::connect(spec.endpoints.clone(), Some(opts))
         .await
@@ -245,7 +281,7 @@ async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
 /// Run `f` to completion on a runtime of its own, within `limit`. From
 /// inside another runtime (which cannot block in place) it runs on a
 /// thread of its own.
-fn block<T: Send>(
+pub(crate) fn block<T: Send>(
     spec: &Spec,
     limit: Duration,
     f: impl std::future::Future<Output = Result<T, Error>> + Send,
@@ -289,6 +325,21 @@ pub fn format(spec: &str, opts: &FormatOptions) -> Result<Volume, Error> {
 async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result<Volume, Error> {
     let keys = Keys::new(&spec.prefix);
     let again = spec_string(spec);
+    let store = match &opts.data {
+        None => DataStore::Inline,
+        Some(_) if opts.adopt => {
+            return Err(Error::new(
+                Errno::EINVAL,
+                "an adopted namespace keeps its data inline in etcd: --adopt takes no --data",
+            ))
+        }
+        Some(u) => {
+            let url = crate::store::StoreUrl::parse(u)?;
+            let store = url.open(true)?;
+            probe_store(&*store, &url.canonical()).await?;
+            DataStore::Objects(url.canonical())
+        }
+    };
     let mut c = client_of(spec, limit).await?;
     {
         let err = |e: etcd_client::Error| unreachable(spec, e);
@@ -351,7 +402,7 @@ async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result
                 ),
             ));
         }
-        let record = VolumeRecord::new()?;
+        let record = VolumeRecord::with_store(store)?;
         let mut cmps = vec![Compare::version(vkey.clone(), CompareOp::Equal, 0)];
         let mut ops = vec![TxnOp::put(vkey.clone(), record.encode(), None)];
         if count == 0 {
@@ -394,15 +445,39 @@ async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result
     }
 }
 
-/// Delete every key under the prefix of `spec`, volume record included:
-/// the volume and all its data are gone. Returns how many keys were
+/// Write and delete one object, so that a store `format` names is known
+/// to take the volume's data.
+async fn probe_store(store: &dyn object_store::ObjectStore, url: &str) -> Result<(), Error> {
+    let p = object_store::path::Path::from("dcache-format-probe");
+    let fail = |e: object_store::Error| {
+        Error::new(
+            Errno::EIO,
+            format!("data store {url} refused a test object: {e}"),
+        )
+    };
+    store
+        .put(&p, bytes::Bytes::from_static(b"probe").into())
+        .await
+        .map_err(fail)?;
+    store.delete(&p).await.map_err(fail)?;
+    Ok(())
+}
+
+/// Delete every key under the prefix of `spec`, volume record included,
+/// and, for a volume whose data is in an object store, every object of
+/// it: the volume and all its data are gone. Returns how many keys were
 /// deleted. (For scratch volumes, such as `dcache bench`'s.)
 pub fn destroy(spec: &str) -> Result<i64, Error> {
     let spec = parse_spec(spec).map_err(|e| Error::new(e, format!("bad etcd spec {spec:?}")))?;
     let keys = Keys::new(&spec.prefix);
     let limit = Duration::from_secs(10);
-    block(&spec, limit, async {
+    block(&spec, Duration::from_secs(3600), async {
         let mut c = client_of(&spec, limit).await?;
+        // No record, or one this build cannot read: the keys go all the
+        // same.
+        if let Ok(Some((rec, store))) = crate::gc::volume_store(&spec, &mut c).await {
+            crate::gc::delete_all(&*store, &rec.uuid).await?;
+        }
         let r = c
             .delete(keys.all(), Some(DeleteOptions::new().with_prefix()))
             .await
@@ -440,6 +515,21 @@ mod tests {
             b"dcache-volume 1\nformat 1\n",
         ] {
             assert_eq!(VolumeRecord::decode(bad).unwrap_err().errno, Errno::EIO);
+        }
+        // A format-2 record names its store; the combinations that do not
+        // go together are refused.
+        let o = VolumeRecord::with_store(DataStore::Objects("file:///d".into())).unwrap();
+        assert_eq!((o.format, o.chunk), (2, SLICE_CHUNK));
+        assert_eq!(VolumeRecord::decode(&o.encode()), Ok(o.clone()));
+        let otext = String::from_utf8(o.encode()).unwrap();
+        for (from, to) in [
+            ("format 2", "format 1"),
+            ("chunk 67108864", "chunk 65536"),
+            ("store-url file:///d", "store-url s3://k:s@b"),
+            ("store-url file:///d", "store-url -"),
+        ] {
+            let e = VolumeRecord::decode(otext.replace(from, to).as_bytes()).unwrap_err();
+            assert_eq!(e.errno, Errno::EIO, "{to}: {e}");
         }
         // A later version's extra field is ignored.
         let more = format!("{text}colour blue\n");

@@ -54,7 +54,7 @@ fn a_volume_is_formatted_then_joined() {
 
     let v = format_volume(&spec);
     assert_eq!(v.prefix, "/vol");
-    assert_eq!(v.record.format, dcache_etcd::volume::FORMAT_VERSION);
+    assert_eq!(v.record.format, dcache_etcd::volume::FORMAT_INLINE);
     let (fs, vfs) = client(&spec, Options::default());
     assert_eq!(fs.volume(), &v);
     assert_eq!(
@@ -70,7 +70,14 @@ fn a_volume_is_formatted_then_joined() {
     let e = dcache_etcd::format(&spec, &FormatOptions::default()).unwrap_err();
     assert_eq!(e.errno, Errno::EEXIST);
     assert!(e.message.contains(&v.record.uuid), "{e}");
-    let e = dcache_etcd::format(&spec, &FormatOptions { adopt: true }).unwrap_err();
+    let e = dcache_etcd::format(
+        &spec,
+        &FormatOptions {
+            adopt: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.errno, Errno::EEXIST);
     drop(vfs);
     drop(fs);
@@ -121,7 +128,14 @@ fn an_older_namespace_is_adopted() {
         e.message.contains("--adopt") && e.message.contains("prefix /old"),
         "{e}"
     );
-    let v = dcache_etcd::format(&spec, &FormatOptions { adopt: true }).unwrap();
+    let v = dcache_etcd::format(
+        &spec,
+        &FormatOptions {
+            adopt: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let (fs, vfs) = client(&spec, Options::default());
     assert_eq!(fs.volume().record.uuid, v.record.uuid);
     assert!(vfs.as_root().stat(At::Root, "/kept").is_ok(), "data kept");
@@ -131,7 +145,14 @@ fn an_older_namespace_is_adopted() {
     put(&ep, "/other/x", b"y");
     let other = etcd.spec("/other");
     for adopt in [false, true] {
-        let e = dcache_etcd::format(&other, &FormatOptions { adopt }).unwrap_err();
+        let e = dcache_etcd::format(
+            &other,
+            &FormatOptions {
+                adopt,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.errno, Errno::EEXIST);
         assert!(
             e.message.contains("not a dcache namespace") || e.message.contains("no dcache root"),
@@ -139,4 +160,56 @@ fn an_older_namespace_is_adopted() {
         );
     }
     assert_eq!(keys_under(&ep, "/other/"), 1);
+}
+
+/// `format --data DIR`: a format-2 record naming the store; a client
+/// joins it and writes there; a host without the directory is refused
+/// with a message naming it; `destroy` deletes the objects too; a store
+/// URL holding credentials is refused before anything is written.
+#[test]
+fn a_volume_with_an_object_store() {
+    if !etcd_available("a_volume_with_an_object_store") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let ep = etcd.endpoint(0);
+    let spec = etcd.spec("/objs");
+    let e = dcache_etcd::format(
+        &spec,
+        &FormatOptions {
+            data: Some("s3://key:secret@bucket/p".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL);
+    assert!(e.message.contains("never part of the URL"), "{e}");
+    assert_eq!(keys_under(&ep, "/objs/"), 0, "nothing written");
+
+    let (spec, dir) = common::object_volume(&etcd, "/objs");
+    let (fs, vfs) = client(&spec, Options::default());
+    let rec = &fs.volume().record;
+    assert_eq!(rec.format, 2);
+    assert_eq!(rec.chunk, 64 << 20);
+    let url = format!("file://{}", dir.path().display());
+    assert_eq!(rec.store, dcache_etcd::DataStore::Objects(url.clone()));
+    let f = vfs
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    f.write(0, b"in the store").unwrap();
+    f.close().unwrap();
+    assert_eq!(common::stored_objects(dir.path()).len(), 1);
+    drop(vfs);
+    drop(fs);
+    // A host where the directory is missing.
+    let moved = dir.path().with_extension("moved");
+    std::fs::rename(dir.path(), &moved).unwrap();
+    let e = EtcdFs::connect(&spec).err().expect("refused");
+    assert_eq!(e.errno, Errno::ENOENT);
+    assert!(e.message.contains(&dir.path().display().to_string()), "{e}");
+    std::fs::rename(&moved, dir.path()).unwrap();
+    dcache_etcd::destroy(&spec).unwrap();
+    assert_eq!(keys_under(&ep, "/objs/"), 0);
+    assert!(common::stored_objects(dir.path()).is_empty());
 }

@@ -11,12 +11,14 @@ use dcache::Errno;
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use tokio::runtime::Runtime;
 
+use super::buffer::Objects;
 use super::{run_on, EtcdFs, Inner};
 use crate::cache::Cache;
 use crate::codec::Keys;
 use crate::progress::progress_ordered;
 use crate::spec::{parse_spec, Options, Spec};
-use crate::volume::{spec_string, Error, Volume, ENOMEDIUM};
+use crate::store::StoreUrl;
+use crate::volume::{spec_string, DataStore, Error, Volume, ENOMEDIUM};
 
 impl EtcdFs {
     /// Connect with default [`Options`] to the volume at the spec
@@ -96,6 +98,7 @@ impl EtcdFs {
             lock_wakers: Default::default(),
             reported: AtomicI64::new(0),
             reported_moved: tokio::sync::Notify::new(),
+            objects: OnceLock::new(),
         });
         let i = inner.clone();
         let record =
@@ -105,6 +108,15 @@ impl EtcdFs {
                 }
                 None => return Err(no_volume(&inner, &rt, &spec)),
             };
+        if let DataStore::Objects(url) = &record.store {
+            let store = StoreUrl::parse(url)
+                .and_then(|u| u.open(false))
+                .map_err(|e| Error::new(e.errno, format!("volume {}: {e}", record.uuid)))?;
+            let cache = inner.opts.read_cache_bytes;
+            let _ = inner
+                .objects
+                .set(Objects::new(store, record.uuid.clone(), cache));
+        }
         let i = inner.clone();
         run_on(&rt, async move {
             // The session first: every commit puts the marker on its lease.
@@ -120,6 +132,9 @@ impl EtcdFs {
         rt.spawn(inner.clone().fence_loop());
         rt.spawn(inner.clone().lease_loop());
         rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
+        if inner.objects.get().is_some() {
+            rt.spawn(inner.clone().collect_loop());
+        }
         let fs = EtcdFs {
             volume: Volume {
                 record,

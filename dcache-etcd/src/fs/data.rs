@@ -13,11 +13,13 @@ use etcd_client::{DeleteOptions, GetOptions, GetResponse, TxnOp};
 use super::client::{dir_of, get, get_prefix, put, rec_of, same, Outcome};
 use super::{Inner, DEFAULT_QUOTA};
 use crate::codec::{decode_u64, prefix_end, Entry, CHUNK, MAX_FILE, MAX_IO};
+use crate::slices::MAX_FILE_OBJECTS;
 
 impl Inner {
     pub(super) async fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let dl = self.deadline();
-        if set.size.is_some_and(|s| s > MAX_FILE) {
+        let objects = self.objects.get().is_some();
+        if set.size.is_some_and(|s| s > self.max_file()) {
             return Err(Errno::EFBIG);
         }
         let mut attempt = 0;
@@ -25,7 +27,11 @@ impl Inner {
             let ikey = self.keys.inode(ino);
             let mut reads = vec![get(ikey.clone())];
             if let Some(s) = set.size {
-                reads.push(get(self.keys.chunk(ino, s / CHUNK)));
+                reads.push(if objects {
+                    self.cut_read(ino, s)
+                } else {
+                    get(self.keys.chunk(ino, s / CHUNK))
+                });
             }
             let (_, rs) = self.read(dl, reads).await?;
             let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
@@ -37,7 +43,32 @@ impl Inner {
                     FileType::Regular => {}
                     _ => return Err(Errno::EINVAL),
                 }
-                if size < rec.size {
+                if size < rec.size && objects {
+                    let (cut, gone, partial) = self.cut_ops(size, &rs[1])?;
+                    ops.extend(cut);
+                    if !gone.is_empty() {
+                        ops.push(self.garbage_op(dl, gone).await?);
+                    }
+                    if let Some(part) = partial {
+                        // More lists past the cut than one transaction
+                        // takes: this round drops the highest and leaves
+                        // the size at the lowest of them; the next goes on.
+                        rec.size = part;
+                        rec.mtime = now;
+                        rec.ctime = now;
+                        ops.push(put(ikey.clone(), rec.encode()));
+                        match self.commit(dl, vec![same(ikey, mr)], ops).await? {
+                            Outcome::Committed(rev) => {
+                                self.cache.record(ino, Some((&rec, rev)), rev)
+                            }
+                            Outcome::Conflict => {
+                                attempt += 1;
+                                self.pause(attempt).await;
+                            }
+                        }
+                        continue;
+                    }
+                } else if size < rec.size {
                     // Drop every chunk past the new end; trim the last one.
                     let keep = size.div_ceil(CHUNK);
                     let from = self.keys.chunk(ino, keep);
@@ -97,6 +128,16 @@ impl Inner {
                     self.pause(attempt).await;
                 }
             }
+        }
+    }
+
+    /// The largest file: 1 GiB inline (half etcd's quota), 16 TiB in an
+    /// object store.
+    pub(super) fn max_file(&self) -> u64 {
+        if self.objects.get().is_some() {
+            MAX_FILE_OBJECTS
+        } else {
+            MAX_FILE
         }
     }
 
@@ -271,8 +312,15 @@ impl Inner {
             _ => 0,
         };
         let bsize = 4096u64;
-        let blocks = DEFAULT_QUOTA / bsize;
-        let bfree = blocks.saturating_sub(used / bsize);
+        // An object store reports no capacity: its volumes show the
+        // largest file as free space; inline ones etcd's quota.
+        let (blocks, bfree) = if self.objects.get().is_some() {
+            let b = MAX_FILE_OBJECTS / bsize;
+            (b, b)
+        } else {
+            let b = DEFAULT_QUOTA / bsize;
+            (b, b.saturating_sub(used / bsize))
+        };
         Ok(StatFs {
             blocks,
             bfree,

@@ -16,16 +16,24 @@
 //! split by idea: `client` (request plumbing: read, commit, retries),
 //! `namespace` (lookup, create, remove, link, rename), `data` (setattr,
 //! file contents, readdir, statfs), `xattr` (extended attributes, kept
-//! in the inode record), `lease` (the session lease and record) and
-//! `background` (fences, watch, endpoint health).
+//! in the inode record), `lease` (the session lease and record),
+//! `background` (fences, watch, endpoint health), and for volumes whose
+//! data is in an object store `buffer` (the store, write buffers, read
+//! cache), `objdata` (buffered writes, flushes, commits), `objread`
+//! (reads, truncation, punching, seeking) and `collect` (deleting
+//! garbage after the grace period).
 
 mod background;
+mod buffer;
 mod client;
+mod collect;
 mod connect;
 mod data;
 mod lease;
 mod locks;
 mod namespace;
+mod objdata;
+mod objread;
 mod xattr;
 
 use std::future::Future;
@@ -97,6 +105,9 @@ struct Inner {
     reported: AtomicI64,
     /// Told whenever `reported` moves.
     reported_moved: tokio::sync::Notify,
+    /// The object store of a volume whose data is kept there (`None`:
+    /// inline in etcd).
+    objects: OnceLock<buffer::Objects>,
 }
 
 /// A change another client made, as the watch saw it.
@@ -176,6 +187,61 @@ impl EtcdFs {
         self.inner.cache.lag()
     }
 
+    /// The committed attributes (what other clients see).
+    fn getattr_committed(&self, ino: Ino) -> Result<Attr> {
+        let i = &self.inner;
+        if let Some(a) = i.cache.attr(ino) {
+            return Ok(a);
+        }
+        i.cache.stats.attr_misses.fetch_add(1, Ordering::Relaxed);
+        match self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.attr(ino)) }) {
+            // Removed since the caller's dentry was validated: its last
+            // attributes with nlink 0, as a stat racing an unlink gets on
+            // Linux, rather than ENOENT for a name that was there.
+            Err(Errno::ENOENT) => i.cache.last_known(ino).ok_or(Errno::ENOENT),
+            r => r,
+        }
+    }
+
+    /// `a` with this client's buffered writes: the size they reach and
+    /// the time of the last.
+    fn with_pending(&self, mut a: Attr) -> Attr {
+        if let Some(o) = self.inner.objects.get() {
+            if let Some((end, mtime)) = o.pending(a.ino) {
+                a.size = a.size.max(end);
+                if let Some(t) = mtime {
+                    a.mtime = t;
+                    a.ctime = t;
+                }
+            }
+        }
+        a
+    }
+
+    /// Object-store volumes: run the collector once now (objects past
+    /// the grace period deleted); how many objects it deleted.
+    pub fn collect_garbage(&self) -> Result<u64> {
+        if self.inner.objects.get().is_none() {
+            return Ok(0);
+        }
+        self.block(self.inner.collect_once())
+    }
+
+    /// Commit what this client buffered for `ino`. A file removed
+    /// meanwhile (by any client) has nothing to commit to: its bytes are
+    /// dropped and `close` succeeds, as on Linux for an unlinked file.
+    fn commit_buffered(&self, ino: Ino) -> Result<()> {
+        match self.block(self.inner.flush_ino(ino)) {
+            Err(Errno::ENOENT) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Object-store volumes: commit every buffered write of this client.
+    pub fn flush_all(&self) -> Result<()> {
+        self.block(self.inner.flush_all())
+    }
+
     /// Time one plain serializable get (answered by the member the client
     /// reaches, no quorum): the round trip a cached stat saves.
     pub fn serializable_round_trip(&self) -> Result<Duration> {
@@ -231,6 +297,9 @@ where
 impl Drop for EtcdFs {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
+            // What is buffered is committed first (best effort).
+            let i = self.inner.clone();
+            let _ = run_on(&rt, async move { i.flush_all().await });
             // Revoke the session lease: the session record and marker go
             // with it (if this fails, they expire after the TTL).
             let i = self.inner.clone();
@@ -250,26 +319,22 @@ impl FileSystem for EtcdFs {
     fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>> {
         check_name(name)?;
         let i = &self.inner;
-        self.block(i.lookup(dir, name))
+        Ok(self
+            .block(i.lookup(dir, name))?
+            .map(|a| self.with_pending(a)))
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        let i = &self.inner;
-        if let Some(a) = i.cache.attr(ino) {
-            return Ok(a);
-        }
-        i.cache.stats.attr_misses.fetch_add(1, Ordering::Relaxed);
-        match self.block(async { i.fetch(i.deadline(), ino).await.map(|r| r.attr(ino)) }) {
-            // Removed since the caller's dentry was validated: its last
-            // attributes with nlink 0, as a stat racing an unlink gets on
-            // Linux, rather than ENOENT for a name that was there.
-            Err(Errno::ENOENT) => i.cache.last_known(ino).ok_or(Errno::ENOENT),
-            r => r,
-        }
+        self.getattr_committed(ino).map(|a| self.with_pending(a))
     }
 
     fn setattr(&self, ino: Ino, set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
+        if set.size.is_some() {
+            // A truncate applies to what was written before it.
+            self.block(self.inner.flush_ino(ino))?;
+        }
         self.block(self.inner.setattr(ino, set))
+            .map(|a| self.with_pending(a))
     }
 
     fn readdir(&self, dir: Ino, offset: u64, emit: &mut dyn FnMut(DirEntry) -> bool) -> Result<()> {
@@ -381,11 +446,81 @@ impl FileSystem for EtcdFs {
     }
 
     fn read(&self, ino: Ino, _fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if self.inner.objects.get().is_some() {
+            return self.block(self.inner.obj_read(ino, offset, buf));
+        }
         self.block(self.inner.read_data(ino, offset, buf))
     }
 
     fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        if self.inner.objects.get().is_some() {
+            return self.block(self.inner.obj_write(ino, offset, data));
+        }
         self.block(self.inner.write(ino, offset, data))
+    }
+
+    /// Object-store volumes: commit what this client buffered for the
+    /// inode (its objects uploaded, then one transaction per 32 chunks);
+    /// once it returns, every client's next read sees it.
+    fn flush(&self, ino: Ino, _fh: u64) -> Result<()> {
+        self.commit_buffered(ino)
+    }
+
+    /// As [`flush`](Self::flush): the commit is durable when etcd has
+    /// acknowledged it; the objects as the store makes them (an S3 PUT
+    /// once acknowledged; a local directory store does not fsync).
+    fn fsync(&self, ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
+        self.commit_buffered(ino)
+    }
+
+    fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
+        self.commit_buffered(ino)
+    }
+
+    fn lseek(&self, ino: Ino, _fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        if self.inner.objects.get().is_some() {
+            return self.block(self.inner.obj_seek(ino, offset, whence));
+        }
+        // Inline: the whole file is data, as Linux's generic llseek says.
+        let size = self.getattr(ino)?.size;
+        match whence {
+            _ if offset >= size => Err(Errno(libc::ENXIO)),
+            libc::SEEK_DATA => Ok(offset),
+            libc::SEEK_HOLE => Ok(size),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Object-store volumes: mode 0 and `KEEP_SIZE` set the size only
+    /// (nothing is reserved: an object store has no blocks to reserve),
+    /// `PUNCH_HOLE` removes the range from the slice lists, `ZERO_RANGE`
+    /// does too and grows the size as mode 0 does. Inline volumes: none.
+    fn fallocate(&self, ino: Ino, _fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
+        if self.inner.objects.get().is_none() {
+            return Err(Errno::ENOTSUP);
+        }
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > crate::slices::MAX_FILE_OBJECTS {
+            return Err(Errno::EFBIG);
+        }
+        let punch = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => false,
+            libc::FALLOC_FL_PUNCH_HOLE if keep => true,
+            libc::FALLOC_FL_ZERO_RANGE => true,
+            _ => return Err(Errno::ENOTSUP),
+        };
+        if punch {
+            self.block(self.inner.punch(ino, offset, end))?;
+        }
+        if !keep && end > self.getattr(ino)?.size {
+            let set = SetAttr {
+                size: Some(end),
+                ..SetAttr::default()
+            };
+            self.block(self.inner.setattr(ino, &set))?;
+        }
+        Ok(())
     }
 
     /// From the mirrored record while the watch is current (another
@@ -453,8 +588,9 @@ impl FileSystem for EtcdFs {
     }
 
     fn flush_on_close(&self) -> bool {
-        // Every write is committed before it returns: nothing to flush.
-        false
+        // Inline: every write is committed before it returns, nothing to
+        // flush. Objects: close commits what was buffered.
+        self.inner.objects.get().is_some()
     }
 
     fn statfs(&self) -> Result<StatFs> {

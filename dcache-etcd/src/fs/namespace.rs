@@ -182,7 +182,7 @@ impl Inner {
                 if dir_op {
                     ops.push(delete(self.keys.parent(e.ino)));
                 } else {
-                    ops.push(delete_prefix(self.keys.chunks(e.ino)));
+                    ops.push(self.drop_data(e.ino));
                 }
                 deleted.push(e.ino);
             } else {
@@ -491,7 +491,7 @@ impl Inner {
                         r.ctime = now;
                         if r.nlink == 0 {
                             deleted.push(t.ino);
-                            ops.push(delete_prefix(k.chunks(t.ino)));
+                            ops.push(self.drop_data(t.ino));
                         }
                     }
                 }
@@ -514,6 +514,23 @@ impl Inner {
                 }
                 Outcome::Conflict => continue 'retry,
             }
+        }
+    }
+}
+
+impl Inner {
+    /// The op that frees a removed file's data: inline, its chunk keys;
+    /// in an object store, a record `P/a/i/<ino>` that the collector
+    /// finds after the grace period (the lists stay until then: the
+    /// number is never used again).
+    fn drop_data(&self, ino: Ino) -> TxnOp {
+        if self.objects.get().is_some() {
+            put(
+                self.keys.dead_inode(ino),
+                crate::slices::now_ms().to_le_bytes().to_vec(),
+            )
+        } else {
+            delete_prefix(self.keys.chunks(ino))
         }
     }
 }

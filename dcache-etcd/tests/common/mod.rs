@@ -279,3 +279,79 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() - 1) as f64 * p / 100.0).round() as usize;
     sorted[i.min(sorted.len() - 1)]
 }
+
+/// `spec(prefix)` formatted as a volume whose file data goes to a local
+/// directory store (`dcache format --data DIR`): the spec and the
+/// directory (deleted when dropped).
+pub fn object_volume(c: &Cluster, prefix: &str) -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = c.spec(prefix);
+    let opts = dcache_etcd::FormatOptions {
+        data: Some(dir.path().to_str().expect("utf-8 path").to_string()),
+        ..Default::default()
+    };
+    dcache_etcd::format(&spec, &opts).expect("format --data");
+    (spec, dir)
+}
+
+/// The slice ids of the objects a local directory store holds, found by
+/// walking `DIR/<uuid>/s/<xxx>/<id>`.
+pub fn stored_objects(dir: &std::path::Path) -> std::collections::BTreeSet<u64> {
+    let mut ids = std::collections::BTreeSet::new();
+    let Ok(vols) = std::fs::read_dir(dir) else {
+        return ids;
+    };
+    for v in vols.flatten() {
+        let Ok(fans) = std::fs::read_dir(v.path().join("s")) else {
+            continue;
+        };
+        for f in fans.flatten() {
+            for o in std::fs::read_dir(f.path()).into_iter().flatten().flatten() {
+                let name = o.file_name();
+                let name = name.to_string_lossy();
+                if let Ok(id) = u64::from_str_radix(&name, 16) {
+                    if name.len() == 16 {
+                        ids.insert(id);
+                    }
+                }
+            }
+        }
+    }
+    ids
+}
+
+/// etcd's database size (`dbSize` of the maintenance status) at `ep`.
+pub fn db_size(ep: &str) -> u64 {
+    let rt = rt();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([ep], None)
+            .await
+            .expect("connect");
+        c.status().await.expect("status").db_size() as u64
+    })
+}
+
+/// The keys under `prefix` (raw etcd keys) at `ep`.
+pub fn keys_under(ep: &str, prefix: &str) -> Vec<String> {
+    let rt = rt();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([ep], None)
+            .await
+            .expect("connect");
+        let r = c
+            .get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .expect("get");
+        r.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    })
+}

@@ -1,0 +1,378 @@
+//! Writing file contents of a volume whose data is in an object store
+//! (`crate::slices` has the layout): writes buffered per inode and
+//! flushed as new objects, then one transaction per group of chunks that
+//! puts the slices over the chunks' lists; slice ids and garbage
+//! records. (`objread` reads, truncates, punches and seeks.)
+//!
+//! Objects are always uploaded before the transaction that makes them
+//! reachable; an object a change leaves unreferenced goes into a garbage
+//! record in that same transaction (`collect` deletes it after the grace
+//! period).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dcache::{Errno, FileType, Ino, Result, Timespec};
+use etcd_client::TxnOp;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path;
+
+use super::buffer::Objects;
+use super::client::{absent, get, put, rec_of, same, Outcome};
+use super::objread::list_of;
+use super::Inner;
+use crate::codec::{decode_u64, Rec};
+use crate::slices::{self, Garbage, Slice, BLOCK, MAX_FILE_OBJECTS, MAX_SLICES, SLICE_CHUNK};
+
+/// Slice ids a client reserves at a time.
+const SLICE_BATCH: u64 = 1024;
+/// Chunks one transaction changes at most (etcd's default
+/// `--max-txn-ops` is 128).
+pub(super) const GROUP: usize = 32;
+/// The most one `read` call returns (a longer one is short).
+pub(super) const MAX_READ: usize = 16 << 20;
+/// Objects uploaded or fetched at once.
+pub(super) const PARALLEL: usize = 8;
+/// An inode's buffer past which a write flushes before buffering more,
+/// and returns the flush's error (so a store that is down does not make
+/// the buffer grow without bound).
+const BUFFER_MAX: usize = 4 * BLOCK;
+
+pub(super) fn store_err(e: object_store::Error) -> Errno {
+    match e {
+        object_store::Error::NotFound { .. } => Errno::EIO,
+        _ => Errno::EIO,
+    }
+}
+
+pub(super) fn regular(rec: &Rec) -> Result<()> {
+    match rec.kind {
+        FileType::Regular => Ok(()),
+        FileType::Directory => Err(Errno::EISDIR),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl Inner {
+    pub(super) fn objects(&self) -> Result<&Objects> {
+        self.objects.get().ok_or(Errno::EIO)
+    }
+
+    /// How long an upload or a fetch of one batch may take.
+    pub(super) fn store_limit(&self) -> Duration {
+        self.opts.timeout.max(Duration::from_secs(60))
+    }
+
+    /// `n` fresh slice ids (from `P/a/n`, reserved [`SLICE_BATCH`] at a time).
+    pub(super) async fn alloc_slices(&self, dl: Instant, n: usize) -> Result<Vec<u64>> {
+        let o = self.objects()?;
+        let mut out = Vec::with_capacity(n);
+        let take = |out: &mut Vec<u64>| {
+            let mut p = o.ids.lock().unwrap_or_else(|e| e.into_inner());
+            while out.len() < n && p.0 < p.1 {
+                out.push(p.0);
+                p.0 += 1;
+            }
+        };
+        take(&mut out);
+        let key = self.keys.next_slice();
+        let mut attempt = 0;
+        while out.len() < n {
+            let want = ((n - out.len()) as u64).max(SLICE_BATCH);
+            let (_, rs) = self.read(dl, vec![get(key.clone())]).await?;
+            let (cur, cmp) = match rs[0].kvs().first() {
+                Some(kv) => (
+                    decode_u64(kv.value())?,
+                    same(key.clone(), kv.mod_revision()),
+                ),
+                None => (1, absent(key.clone())),
+            };
+            let end = cur.checked_add(want).ok_or(Errno::ENOSPC)?;
+            let ops = vec![put(key.clone(), end.to_le_bytes().to_vec())];
+            if let Outcome::Committed(_) = self.commit(dl, vec![cmp], ops).await? {
+                *o.ids.lock().unwrap_or_else(|e| e.into_inner()) = (cur, end);
+                take(&mut out);
+            } else {
+                attempt += 1;
+                self.pause(attempt).await;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The op that records `ids` as garbage (dropped now).
+    pub(super) async fn garbage_op(&self, dl: Instant, ids: Vec<u64>) -> Result<TxnOp> {
+        let kid = self.alloc_slices(dl, 1).await?[0];
+        let g = Garbage {
+            dropped_ms: slices::now_ms(),
+            ids,
+        };
+        Ok(put(self.keys.garbage(kid), g.encode()))
+    }
+
+    /// Buffer a write; flush when the inode holds a block.
+    pub(super) async fn obj_write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if off >= MAX_FILE_OBJECTS {
+            return Err(Errno::EFBIG);
+        }
+        if let Some(a) = self.cache.attr(ino) {
+            match a.kind {
+                FileType::Regular => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        let o = self.objects()?;
+        let len = data.len().min((MAX_FILE_OBJECTS - off) as usize);
+        if o.pending(ino).is_some() {
+            let held = o.file(ino).map_or(0, |f| {
+                f.dirty.lock().unwrap_or_else(|e| e.into_inner()).bytes
+            });
+            if held >= BUFFER_MAX {
+                self.flush_ino(ino).await?;
+            }
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(BLOCK);
+            let held = o.buffer(ino, off + done as u64, &data[done..done + n]);
+            done += n;
+            if held >= BLOCK {
+                // An error stays with the buffer (the bytes are kept and
+                // retried): fsync and close report it.
+                let _ = self.flush_ino(ino).await;
+            }
+        }
+        Ok(len)
+    }
+
+    /// Commit what `ino` has buffered. ENOENT: the file is gone (its
+    /// bytes are dropped, their objects recorded as garbage); another
+    /// error leaves the bytes buffered, to be tried again.
+    pub(super) async fn flush_ino(&self, ino: Ino) -> Result<()> {
+        let Some(o) = self.objects.get() else {
+            return Ok(());
+        };
+        let Some(fb) = o.file(ino) else {
+            return Ok(());
+        };
+        let _g = fb.flushing.lock().await;
+        let (ext, mtime) = {
+            let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
+            if d.is_empty() {
+                drop(d);
+                o.retire(ino);
+                return Ok(());
+            }
+            d.take()
+        };
+        match self.commit_extents(ino, &ext, mtime).await {
+            Ok(()) => {
+                o.retire(ino);
+                Ok(())
+            }
+            Err(Errno::ENOENT) => {
+                o.retire(ino);
+                Err(Errno::ENOENT)
+            }
+            Err(e) => {
+                let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
+                d.restore(ext, mtime);
+                Err(e)
+            }
+        }
+    }
+
+    /// Flush every inode's buffer; the first error.
+    pub(super) async fn flush_all(&self) -> Result<()> {
+        let Some(o) = self.objects.get() else {
+            return Ok(());
+        };
+        let mut first = Ok(());
+        for ino in o.buffered_inodes() {
+            if let Err(e) = self.flush_ino(ino).await {
+                if first.is_ok() && e != Errno::ENOENT {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Upload the extents as one object per chunk they touch, then commit
+    /// their slices, [`GROUP`] chunks a transaction.
+    async fn commit_extents(
+        &self,
+        ino: Ino,
+        ext: &[(u64, Vec<u8>)],
+        mtime: Option<Timespec>,
+    ) -> Result<()> {
+        let dl = self.deadline();
+        let mut pieces: std::collections::BTreeMap<u64, Vec<(u64, &[u8])>> = Default::default();
+        for (off, v) in ext {
+            let mut at = 0usize;
+            while at < v.len() {
+                let abs = off + at as u64;
+                let (idx, pos) = (abs / SLICE_CHUNK, abs % SLICE_CHUNK);
+                let n = (v.len() - at).min((SLICE_CHUNK - pos) as usize);
+                pieces.entry(idx).or_default().push((pos, &v[at..at + n]));
+                at += n;
+            }
+        }
+        let ids = self.alloc_slices(dl, pieces.len()).await?;
+        let mut uploads = Vec::with_capacity(ids.len());
+        let mut lists = Vec::with_capacity(ids.len());
+        for ((idx, ps), id) in pieces.iter().zip(ids) {
+            let mut obj = Vec::with_capacity(ps.iter().map(|p| p.1.len()).sum());
+            let mut list = Vec::with_capacity(ps.len());
+            for (pos, b) in ps {
+                list.push(Slice {
+                    id,
+                    pos: *pos,
+                    len: b.len() as u64,
+                    off: obj.len() as u64,
+                });
+                obj.extend_from_slice(b);
+            }
+            uploads.push((id, Bytes::from(obj)));
+            lists.push((*idx, list));
+        }
+        self.upload(uploads).await?;
+        for (g, group) in lists.chunks(GROUP).enumerate() {
+            let end = group
+                .iter()
+                .flat_map(|(idx, l)| l.iter().map(move |s| idx * SLICE_CHUNK + s.end()))
+                .max()
+                .unwrap_or(0);
+            if let Err(e) = self.commit_slices(dl, ino, group, end, mtime).await {
+                if e == Errno::ENOENT {
+                    // The file is gone: nothing will reference these.
+                    let ids: Vec<u64> = lists[g * GROUP..]
+                        .iter()
+                        .flat_map(|(_, l)| l.first().map(|s| s.id))
+                        .collect();
+                    let op = self.garbage_op(dl, ids).await?;
+                    self.commit(dl, vec![], vec![op]).await?;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// A list too long to store, rewritten: the bytes from its first
+    /// slice's start to its last one's end (holes between as zeros) in
+    /// new objects of at most [`BLOCK`] bytes, one slice each. The old
+    /// objects are dropped with the list they were in.
+    async fn compact(&self, dl: Instant, list: &[Slice]) -> Result<Vec<Slice>> {
+        let (Some(first), Some(last)) = (list.first(), list.last()) else {
+            return Ok(Vec::new());
+        };
+        let (lo, hi) = (first.pos, last.end());
+        let objs = self
+            .fetch_objects(list.iter().map(|s| s.id).collect())
+            .await?;
+        let mut bytes = vec![0u8; (hi - lo) as usize];
+        for s in list {
+            let b = objs.get(&s.id).ok_or(Errno::EIO)?;
+            let src = b
+                .get(s.off as usize..(s.off + s.len) as usize)
+                .ok_or(Errno::EIO)?;
+            let at = (s.pos - lo) as usize;
+            bytes[at..at + src.len()].copy_from_slice(src);
+        }
+        let pieces: Vec<&[u8]> = bytes.chunks(BLOCK).collect();
+        let ids = self.alloc_slices(dl, pieces.len()).await?;
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut uploads = Vec::with_capacity(pieces.len());
+        let mut pos = lo;
+        for (p, id) in pieces.into_iter().zip(ids) {
+            out.push(Slice {
+                id,
+                pos,
+                len: p.len() as u64,
+                off: 0,
+            });
+            pos += p.len() as u64;
+            uploads.push((id, Bytes::copy_from_slice(p)));
+        }
+        self.upload(uploads).await?;
+        Ok(out)
+    }
+
+    async fn upload(&self, objs: Vec<(u64, Bytes)>) -> Result<()> {
+        let o = self.objects()?;
+        let puts = stream::iter(objs.into_iter().map(|(id, b)| {
+            let path = Path::from(slices::object_path(&o.uuid, id));
+            let store = o.store.clone();
+            async move { store.put(&path, b.into()).await.map(|_| ()) }
+        }))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>();
+        match tokio::time::timeout(self.store_limit(), puts).await {
+            Ok(r) => r.map(|_| ()).map_err(store_err),
+            Err(_) => Err(Errno::EIO),
+        }
+    }
+
+    /// One transaction: each chunk's new slices put over its list, the
+    /// size grown to `end`, the objects no slice names any more recorded
+    /// as garbage; recomputed on conflict.
+    async fn commit_slices(
+        &self,
+        dl: Instant,
+        ino: Ino,
+        group: &[(u64, Vec<Slice>)],
+        end: u64,
+        mtime: Option<Timespec>,
+    ) -> Result<()> {
+        let ikey = self.keys.inode(ino);
+        let mut attempt = 0;
+        loop {
+            let mut reads = vec![get(ikey.clone())];
+            reads.extend(
+                group
+                    .iter()
+                    .map(|(idx, _)| get(self.keys.slices(ino, *idx))),
+            );
+            let (_, rs) = self.read(dl, reads).await?;
+            let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+            regular(&rec)?;
+            let mut ops = Vec::with_capacity(group.len() + 2);
+            let mut gone = Vec::new();
+            for ((idx, new), r) in group.iter().zip(&rs[1..]) {
+                let old = list_of(r)?;
+                let mut list = old.clone();
+                for s in new {
+                    slices::overlay(&mut list, *s);
+                }
+                if list.len() > MAX_SLICES {
+                    list = self.compact(dl, &list).await?;
+                }
+                gone.extend(slices::dropped(&old, &list));
+                ops.push(put(self.keys.slices(ino, *idx), slices::encode(&list)));
+            }
+            let now = Timespec::now();
+            rec.size = rec.size.max(end);
+            rec.mtime = mtime.unwrap_or(now);
+            rec.ctime = now;
+            ops.push(put(ikey.clone(), rec.encode()));
+            if !gone.is_empty() {
+                ops.push(self.garbage_op(dl, gone).await?);
+            }
+            match self.commit(dl, vec![same(ikey.clone(), mr)], ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    return Ok(());
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Reading and reshaping file contents of a volume whose data is in an
+//! object store: reads assembled from the chunks' slice lists and the
+//! objects they name (through the read cache), truncation and hole
+//! punching as transactions over the lists, SEEK_DATA / SEEK_HOLE from
+//! them.
+
+use std::collections::{BTreeSet, HashMap};
+
+use bytes::Bytes;
+use dcache::{Errno, Ino, Result, Timespec};
+use etcd_client::{GetOptions, GetResponse, TxnOp};
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path;
+
+use super::client::{delete, get, put, rec_of, same, Outcome};
+use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
+use super::Inner;
+use crate::codec::prefix_end;
+use crate::slices::{self, Slice, SLICE_CHUNK};
+
+impl Inner {
+    /// The get of `ino`'s lists for chunks `first..=last`.
+    fn lists_range(&self, ino: Ino, first: u64, last: u64) -> TxnOp {
+        TxnOp::get(
+            self.keys.slices(ino, first),
+            Some(GetOptions::new().with_range(self.keys.slices(ino, last + 1))),
+        )
+    }
+
+    pub(super) async fn obj_read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        // Read-your-writes: what this client buffered is committed first.
+        self.flush_ino(ino).await?;
+        let want = buf.len().min(MAX_READ);
+        if want == 0 {
+            return Ok(0);
+        }
+        let dl = self.deadline();
+        let first = off / SLICE_CHUNK;
+        let last = (off.saturating_add(want as u64) - 1) / SLICE_CHUNK;
+        let (_, rs) = self
+            .read(
+                dl,
+                vec![
+                    get(self.keys.inode(ino)),
+                    self.lists_range(ino, first, last),
+                ],
+            )
+            .await?;
+        let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        regular(&rec)?;
+        if off >= rec.size {
+            return Ok(0);
+        }
+        let n = (rec.size - off).min(want as u64) as usize;
+        let out = &mut buf[..n];
+        out.fill(0);
+        let hi = off + n as u64;
+        // (object, offset in it, length, offset in `out`)
+        let mut copies = Vec::new();
+        for kv in rs[1].kvs() {
+            let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+            let base = idx * SLICE_CHUNK;
+            for s in slices::flatten(&slices::decode(kv.value())?) {
+                let (a, b) = ((base + s.pos).max(off), (base + s.end()).min(hi));
+                if a < b {
+                    copies.push((s.id, s.off + (a - base - s.pos), b - a, a - off));
+                }
+            }
+        }
+        let ids: BTreeSet<u64> = copies.iter().map(|c| c.0).collect();
+        let objs = self.fetch_objects(ids).await?;
+        for (id, from, len, at) in copies {
+            let b = objs.get(&id).ok_or(Errno::EIO)?;
+            let (from, len, at) = (from as usize, len as usize, at as usize);
+            let src = b.get(from..from + len).ok_or(Errno::EIO)?;
+            out[at..at + len].copy_from_slice(src);
+        }
+        Ok(n)
+    }
+
+    /// Whole objects, from the read cache or the store.
+    pub(super) async fn fetch_objects(&self, ids: BTreeSet<u64>) -> Result<HashMap<u64, Bytes>> {
+        let o = self.objects()?;
+        let mut got = HashMap::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for id in ids {
+            match o.cache.get(id) {
+                Some(b) => {
+                    got.insert(id, b);
+                }
+                None => missing.push(id),
+            }
+        }
+        let gets = stream::iter(missing.into_iter().map(|id| {
+            let path = Path::from(slices::object_path(&o.uuid, id));
+            let store = o.store.clone();
+            async move {
+                let b = store.get(&path).await?.bytes().await?;
+                Ok::<_, object_store::Error>((id, b))
+            }
+        }))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<_>>();
+        let fetched = match tokio::time::timeout(self.store_limit(), gets).await {
+            Ok(r) => r.map_err(store_err)?,
+            Err(_) => return Err(Errno::EIO),
+        };
+        for (id, b) in fetched {
+            o.cache.put(id, b.clone());
+            got.insert(id, b);
+        }
+        Ok(got)
+    }
+
+    /// The reads a truncate to `size` makes besides the record: the
+    /// highest lists at or past the cut, at most [`GROUP`] of them.
+    pub(super) fn cut_read(&self, ino: Ino, size: u64) -> TxnOp {
+        let from = self.keys.slices(ino, size / SLICE_CHUNK);
+        let to = prefix_end(&self.keys.slice_lists(ino));
+        TxnOp::get(
+            from,
+            Some(
+                GetOptions::new()
+                    .with_range(to)
+                    .with_sort(
+                        etcd_client::SortTarget::Key,
+                        etcd_client::SortOrder::Descend,
+                    )
+                    .with_limit(GROUP as i64),
+            ),
+        )
+    }
+
+    /// The ops that cut the lists `r` (from [`cut_read`](Self::cut_read))
+    /// at `size`, the garbage they leave, and, when more lists lie past
+    /// the cut than one transaction takes, the size this round leaves the
+    /// file at (the lowest chunk it emptied), for another round to go on
+    /// from.
+    pub(super) fn cut_ops(
+        &self,
+        size: u64,
+        r: &GetResponse,
+    ) -> Result<(Vec<TxnOp>, Vec<u64>, Option<u64>)> {
+        let mut ops = Vec::new();
+        let mut gone = Vec::new();
+        let mut lowest = u64::MAX;
+        for kv in r.kvs() {
+            let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+            lowest = lowest.min(idx);
+            let base = idx * SLICE_CHUNK;
+            let old = slices::flatten(&slices::decode(kv.value())?);
+            let mut list = old.clone();
+            slices::punch(&mut list, size.saturating_sub(base), SLICE_CHUNK);
+            gone.extend(slices::dropped(&old, &list));
+            ops.push(if list.is_empty() {
+                delete(kv.key().to_vec())
+            } else {
+                put(kv.key().to_vec(), slices::encode(&list))
+            });
+        }
+        let partial = r.more().then(|| (lowest * SLICE_CHUNK).max(size));
+        Ok((ops, gone, partial))
+    }
+
+    /// `fallocate(PUNCH_HOLE)` and the punch of `ZERO_RANGE`: remove
+    /// `[lo, hi)` from the lists, [`GROUP`] chunks a transaction.
+    pub(super) async fn punch(&self, ino: Ino, lo: u64, hi: u64) -> Result<()> {
+        self.flush_ino(ino).await?;
+        let dl = self.deadline();
+        let ikey = self.keys.inode(ino);
+        let last = (hi - 1) / SLICE_CHUNK;
+        let mut first = lo / SLICE_CHUNK;
+        while first <= last {
+            let upto = (first + GROUP as u64 - 1).min(last);
+            let mut attempt = 0;
+            loop {
+                let reads = vec![get(ikey.clone()), self.lists_range(ino, first, upto)];
+                let (_, rs) = self.read(dl, reads).await?;
+                let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+                regular(&rec)?;
+                let mut ops = Vec::new();
+                let mut gone = Vec::new();
+                for kv in rs[1].kvs() {
+                    let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+                    let base = idx * SLICE_CHUNK;
+                    let old = slices::flatten(&slices::decode(kv.value())?);
+                    let mut list = old.clone();
+                    slices::punch(
+                        &mut list,
+                        lo.saturating_sub(base),
+                        (hi - base.min(hi)).min(SLICE_CHUNK),
+                    );
+                    if list == old {
+                        continue;
+                    }
+                    gone.extend(slices::dropped(&old, &list));
+                    ops.push(if list.is_empty() {
+                        delete(kv.key().to_vec())
+                    } else {
+                        put(kv.key().to_vec(), slices::encode(&list))
+                    });
+                }
+                let now = Timespec::now();
+                rec.mtime = now;
+                rec.ctime = now;
+                ops.push(put(ikey.clone(), rec.encode()));
+                if !gone.is_empty() {
+                    ops.push(self.garbage_op(dl, gone).await?);
+                }
+                match self.commit(dl, vec![same(ikey.clone(), mr)], ops).await? {
+                    Outcome::Committed(rev) => {
+                        self.cache.record(ino, Some((&rec, rev)), rev);
+                        break;
+                    }
+                    Outcome::Conflict => {
+                        attempt += 1;
+                        self.pause(attempt).await;
+                    }
+                }
+            }
+            first = upto + 1;
+        }
+        Ok(())
+    }
+
+    /// `SEEK_DATA` / `SEEK_HOLE` from the lists (the end of the file is a
+    /// hole; a hole is any byte no slice covers).
+    pub(super) async fn obj_seek(&self, ino: Ino, off: u64, whence: i32) -> Result<u64> {
+        self.flush_ino(ino).await?;
+        let dl = self.deadline();
+        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
+        let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        regular(&rec)?;
+        if off >= rec.size {
+            return Err(Errno(libc::ENXIO));
+        }
+        let data = whence == libc::SEEK_DATA;
+        let end = prefix_end(&self.keys.slice_lists(ino));
+        let mut from = self.keys.slices(ino, off / SLICE_CHUNK);
+        // SEEK_HOLE: the end of the data that runs on from `off`.
+        let mut cur = off;
+        loop {
+            let page = TxnOp::get(
+                from.clone(),
+                Some(GetOptions::new().with_range(end.clone()).with_limit(64)),
+            );
+            let (_, rs) = self.read(dl, vec![page]).await?;
+            for kv in rs[0].kvs() {
+                let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+                let base = idx * SLICE_CHUNK;
+                for s in slices::flatten(&slices::decode(kv.value())?) {
+                    let (a, b) = (base + s.pos, base + s.end());
+                    if b <= cur {
+                        continue;
+                    }
+                    if data {
+                        let at = a.max(off);
+                        return if at < rec.size {
+                            Ok(at)
+                        } else {
+                            Err(Errno(libc::ENXIO))
+                        };
+                    }
+                    if a > cur {
+                        return Ok(cur.min(rec.size));
+                    }
+                    cur = b;
+                }
+            }
+            match rs[0].kvs().last() {
+                Some(kv) if rs[0].more() => {
+                    from = kv.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        if data {
+            Err(Errno(libc::ENXIO))
+        } else {
+            Ok(cur.min(rec.size))
+        }
+    }
+}
+
+/// A chunk's list as a get returned it (empty when absent), resolved.
+pub(super) fn list_of(r: &GetResponse) -> Result<Vec<Slice>> {
+    match r.kvs().first() {
+        Some(kv) => Ok(slices::flatten(&slices::decode(kv.value())?)),
+        None => Ok(Vec::new()),
+    }
+}

@@ -1,0 +1,239 @@
+//! Garbage of an object-store volume: a writer killed mid-write leaves its
+//! last committed state and orphan objects that `gc` removes; objects
+//! overwritten, truncated away or unlinked are deleted after the grace
+//! period, not before.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{
+    client, etcd_available, eventually, keys_under, object_volume, stored_objects, Cluster,
+};
+use dcache::{At, FileSystem, SetAttr};
+use dcache_etcd::{GcOptions, Options};
+
+const MIB: u64 = 1 << 20;
+
+/// The bytes of MiB `k` of the writer's file.
+fn block(k: u64) -> Vec<u8> {
+    (0..MIB)
+        .map(|i| ((k * 131 + i / 512) ^ (i & 0xff)) as u8)
+        .collect()
+}
+
+/// The child: writes 1 GiB in 1 MiB writes, fsync every 32 MiB (printing
+/// how much is synced), until it is killed.
+#[test]
+fn child_writer_waiting_to_be_killed() {
+    let Ok(spec) = std::env::var("DCACHE_ETCD_WRITER_SPEC") else {
+        return; // not the child
+    };
+    let opts = Options {
+        lease_ttl: Duration::from_secs(3),
+        timeout: Duration::from_secs(2),
+        ..Options::default()
+    };
+    let (fs, v) = client(&spec, opts);
+    let f = v
+        .as_root()
+        .open(At::Root, "/big", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    for k in 0..1024 {
+        f.write(k * MIB, &block(k)).unwrap();
+        if (k + 1) % 32 == 0 {
+            fs.fsync(f.ino(), f.fh(), false).unwrap();
+            println!("synced {}", (k + 1) * MIB);
+        }
+    }
+    println!("done");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans() {
+    const T: &str = "a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let (spec, store) = object_volume(&etcd, "/killed");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_writer_waiting_to_be_killed",
+            "--nocapture",
+        ])
+        .env("DCACHE_ETCD_WRITER_SPEC", &spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut synced = 0;
+    for line in out.lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("synced ") {
+            synced = n.parse::<u64>().unwrap();
+            if synced >= 256 * MIB {
+                break;
+            }
+        }
+        assert_ne!(line, "done", "the writer finished before it was killed");
+    }
+    // In the middle of its next 32 MiB: a few more 4 MiB flushes, then
+    // etcd frozen, so that the next flush uploads its object and waits
+    // for its commit; the writer killed there.
+    std::thread::sleep(Duration::from_millis(150));
+    etcd.signal(0, "STOP");
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    etcd.signal(0, "CONT");
+    let killed = Instant::now();
+
+    let (_fs, v) = client(&spec, Options::default());
+    let size = v.as_root().stat(At::Root, "/big").unwrap().size;
+    assert!(
+        size >= synced && size <= 1 << 30,
+        "size {size}, synced {synced}"
+    );
+    assert_eq!(size % (4 * MIB), 0, "a flush commits whole 4 MiB blocks");
+    let f = v
+        .as_root()
+        .open(At::Root, "/big", libc::O_RDONLY, 0)
+        .unwrap();
+    let mut buf = vec![0u8; MIB as usize];
+    for k in 0..size / MIB {
+        assert_eq!(f.read(k * MIB, &mut buf).unwrap(), MIB as usize);
+        assert!(buf == block(k), "MiB {k} differs");
+    }
+    assert_eq!(f.read(size, &mut buf).unwrap(), 0);
+    f.close().unwrap();
+
+    // Plant two orphans: one uploaded two hours ago, one just now.
+    let uuid = _fs.volume().record.uuid.clone();
+    let plant = |id: u64, age: Duration| {
+        let p = store
+            .path()
+            .join(dcache_etcd::slices::object_path(&uuid, id));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"orphan").unwrap();
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(SystemTime::now() - age).unwrap();
+        p
+    };
+    let old = plant(0xfff_fabc, Duration::from_secs(7200));
+    // Past the writer's timeout and lease: nothing it uploaded can be
+    // committed any more.
+    let min_age = Duration::from_secs(5);
+    std::thread::sleep((min_age + Duration::from_millis(500)).saturating_sub(killed.elapsed()));
+    let young = plant(0xfff_fabd, Duration::ZERO);
+    let gc = |dry_run| dcache_etcd::gc(&spec, &GcOptions { min_age, dry_run }).unwrap();
+    let dry = gc(true);
+    // The planted one and the one the writer uploaded and never committed.
+    assert!(dry.orphans >= 2 && dry.young == 1, "{dry:?}");
+    assert!(old.exists());
+    let done = gc(false);
+    println!(
+        "killed after {synced} bytes synced: size {size}; gc: {done:?} ({} left by the writer)",
+        done.orphans - 1
+    );
+    assert_eq!(done.orphans, dry.orphans);
+    assert!(!old.exists(), "the old orphan was deleted");
+    assert!(young.exists(), "a young object is kept");
+    std::fs::remove_file(&young).unwrap();
+    let after = gc(true);
+    assert_eq!(
+        (after.orphans, after.young, after.pending),
+        (0, 0, 0),
+        "{after:?}"
+    );
+    assert_eq!(after.objects, after.named);
+    assert_eq!(stored_objects(store.path()).len() as u64, after.named);
+}
+
+#[test]
+fn overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period() {
+    const T: &str = "overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let ep = etcd.endpoint(0);
+    let (spec, store) = object_volume(&etcd, "/grace");
+    let grace = Duration::from_secs(2);
+    let opts = Options {
+        gc_grace: grace,
+        ..Options::default()
+    };
+    let (fs, v) = client(&spec, opts);
+    let objects = || stored_objects(store.path()).len();
+    let settles = |n: usize| eventually(grace * 4, || objects() == n);
+    let f = v
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    for k in 0..12 {
+        f.write(k * MIB, &block(k)).unwrap();
+    }
+    fs.fsync(f.ino(), f.fh(), false).unwrap();
+    assert_eq!(objects(), 3);
+
+    // Overwriting the first 4 MiB drops its object, kept for the grace
+    // period (a reader may have read the list before).
+    for k in 0..4 {
+        f.write(k * MIB, &block(100 + k)).unwrap();
+    }
+    let t = Instant::now();
+    fs.fsync(f.ino(), f.fh(), false).unwrap();
+    assert_eq!(objects(), 4);
+    assert_eq!(keys_under(&ep, "/grace/a/g/").len(), 1);
+    let freed = settles(3).expect("the overwritten object deleted");
+    assert!(t.elapsed() >= grace, "deleted after {:?}", t.elapsed());
+    println!(
+        "overwritten object deleted {:?} after the overwrite",
+        t.elapsed()
+    );
+    assert!(freed <= grace * 3);
+    // Its garbage record goes after the object.
+    assert!(eventually(grace, || keys_under(&ep, "/grace/a/g/").is_empty()).is_some());
+    let mut buf = vec![0u8; MIB as usize];
+    f.read(0, &mut buf).unwrap();
+    assert!(buf == block(100));
+
+    // Truncating to 2 MiB drops the two later objects.
+    let set = SetAttr {
+        size: Some(2 * MIB),
+        ..SetAttr::default()
+    };
+    v.as_root().setattr(At::Root, "/f", &set).unwrap();
+    assert_eq!(objects(), 3, "kept for the grace period");
+    settles(1).expect("the truncated objects deleted");
+    assert_eq!(keys_under(&ep, "/grace/b/").len(), 1);
+
+    // Unlinking: the lists and the last object go after the grace period.
+    f.close().unwrap();
+    v.as_root().unlink(At::Root, "/f").unwrap();
+    assert_eq!(objects(), 1);
+    assert_eq!(keys_under(&ep, "/grace/a/i/").len(), 1);
+    settles(0).expect("the unlinked file's objects deleted");
+    assert!(eventually(grace * 2, || keys_under(&ep, "/grace/b/").is_empty()).is_some());
+    assert!(eventually(grace * 2, || keys_under(&ep, "/grace/a/i/").is_empty()).is_some());
+    assert!(keys_under(&ep, "/grace/a/g/").is_empty());
+
+    // A file unlinked while this client still buffers for it: close
+    // succeeds (as for an unlinked file on Linux), the bytes are dropped
+    // and the object the flush uploaded is garbage like any other.
+    let g = v
+        .as_root()
+        .open(At::Root, "/g", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    g.write(0, &block(7)).unwrap();
+    v.as_root().unlink(At::Root, "/g").unwrap();
+    assert_eq!(g.close(), Ok(()));
+    assert_eq!(keys_under(&ep, "/grace/a/g/").len(), 1);
+    settles(0).expect("the dropped object deleted");
+}
