@@ -314,7 +314,38 @@ fn flock_and_fcntl_exclude_across_mounts() {
     if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
         return;
     }
-    let s = Setup::new(&[]);
+    exclusion(&Setup::new(&[]));
+}
+
+/// The same over FUSE over io_uring (both daemons), where the kernel
+/// offers it: SETLKW parks a ring entry, its reply comes late through
+/// the queue's mailbox, INTERRUPTs still come through /dev/fuse.
+#[test]
+fn flock_and_fcntl_exclude_across_mounts_over_io_uring() {
+    const T: &str = "flock_and_fcntl_exclude_across_mounts_over_io_uring";
+    if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
+        return;
+    }
+    let Some(_on) = dcache_fuse::testing::uring_or_skip(T) else {
+        return;
+    };
+    let s = Setup::new(&["-o", "uring"]);
+    for d in [&s.a, &s.b] {
+        assert_over_io_uring(d);
+    }
+    exclusion(&s);
+}
+
+/// The daemon says it serves over io_uring (its log line may follow the
+/// mount's appearance by a moment).
+fn assert_over_io_uring(d: &Daemon) {
+    let said = wait_until(Duration::from_secs(5), || {
+        d.stderr().contains("over io_uring")
+    });
+    assert!(said.is_some(), "not over io_uring: {}", d.stderr());
+}
+
+fn exclusion(s: &Setup) {
     let (fa, fb) = s.both("lk");
     std::fs::write(&fa, b"").unwrap();
     assert!(wait_until(Duration::from_secs(5), || fb.exists()).is_some());
@@ -415,7 +446,25 @@ fn interrupted_and_killed_holders() {
     if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
         return;
     }
-    let s = Setup::new(&[]);
+    interrupts_and_kills(Setup::new(&[]));
+}
+
+/// The same over FUSE over io_uring, where the kernel offers it.
+#[test]
+fn interrupted_and_killed_holders_over_io_uring() {
+    const T: &str = "interrupted_and_killed_holders_over_io_uring";
+    if !fuse_or_skip(T) || !etcd_or_skip(T) || skip_if_off(T, "locks") {
+        return;
+    }
+    let Some(_on) = dcache_fuse::testing::uring_or_skip(T) else {
+        return;
+    };
+    let s = Setup::new(&["-o", "uring"]);
+    assert_over_io_uring(&s.b);
+    interrupts_and_kills(s);
+}
+
+fn interrupts_and_kills(s: Setup) {
     let (fa, fb) = s.both("lk");
     std::fs::write(&fa, b"").unwrap();
     assert!(wait_until(Duration::from_secs(5), || fb.exists()).is_some());
