@@ -28,7 +28,7 @@ cargo test --no-fail-fast "$@" -p dcache-fuse || rc=$?
 cargo test --no-fail-fast "$@" -p dcache-cli --test fuse --test fuse_tools \
     --test fuse_fileops --test fuse_xattr --test fuse_acl --test fuse_edges \
     --test fuse_escape --test fuse_daemon --test mount_diff --test fuse_writeback \
-    --test perm_diff --test fuse_uring --test etcd_mounts || {
+    --test perm_diff --test fuse_uring --test etcd_mounts --test etcd_locks || {
     r=$?
     [ "$rc" -ne 0 ] || rc=$r
 }

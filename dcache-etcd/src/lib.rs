@@ -38,6 +38,7 @@ mod cache;
 pub mod codec;
 mod fs;
 pub mod gc;
+pub mod locks;
 pub mod progress;
 pub mod session;
 pub mod slices;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dcache::cred::{Caps, Cred};
 use dcache::errno::{Errno, Result};
-use dcache::fs::Attr;
+use dcache::fs::{Attr, LockScope};
 use dcache::Invalidation;
 use dcache::Vfs;
 
@@ -61,6 +61,10 @@ pub struct FsConfig {
     pub posix_acl: bool,
     /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`-o killpriv`).
     pub killpriv: bool,
+    /// Ask for FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS (`-o locks`): for
+    /// any backend that keeps locks (`Some(true)`), never (`Some(false)`),
+    /// or for backends shared across hosts (`None`).
+    pub locks: Option<bool>,
 }
 
 /// The FUSE filesystem: the request core plus per-mount behaviour.
@@ -94,6 +98,9 @@ pub struct DcacheFs {
     no_flush: bool,
     /// Notifications sent from handlers (attributes only), once connected.
     notifier: OnceLock<Notifier>,
+    /// The backend keeps this mount's locks (FUSE_POSIX_LOCKS and
+    /// FUSE_FLOCK_LOCKS negotiated); SETLKW requests wait here.
+    locks: Option<crate::locks::LockWaits>,
 }
 
 mod backing;
@@ -115,7 +122,30 @@ pub enum KernelInval {
         /// The node id.
         node: u64,
     },
+    /// Nothing to send: passed once every invalidation queued before it
+    /// was sent (a granted lock waits for it, see `locks.rs`).
+    Barrier(InvalBarrier),
 }
+
+/// A mark in the invalidator's queue; see [`KernelInval::Barrier`].
+/// Barriers carry no data: any two compare equal.
+#[derive(Clone, Debug)]
+pub struct InvalBarrier(pub(crate) std::sync::mpsc::Sender<()>);
+
+impl InvalBarrier {
+    /// The invalidator reached it.
+    pub fn pass(&self) {
+        let _ = self.0.send(());
+    }
+}
+
+impl PartialEq for InvalBarrier {
+    fn eq(&self, _: &InvalBarrier) -> bool {
+        true
+    }
+}
+
+impl Eq for InvalBarrier {}
 
 /// Where the session puts the sender of its invalidator thread.
 pub type InvalSlot = Arc<OnceLock<Mutex<Sender<KernelInval>>>>;
@@ -176,6 +206,7 @@ impl DcacheFs {
             no_opendir: false,
             no_flush: false,
             notifier: OnceLock::new(),
+            locks: None,
         }
     }
 
@@ -193,6 +224,12 @@ impl DcacheFs {
         if let Some(n) = self.notifier.get() {
             let _ = n.inval_inode(id, -1, 0);
         }
+    }
+
+    /// SETLKW requests waiting for a lock now (0 where the kernel keeps
+    /// this mount's locks).
+    pub fn lock_waiters(&self) -> usize {
+        self.locks.as_ref().map_or(0, |l| l.waiting())
     }
 
     /// Backing files registered with the kernel now (passthrough I/O).
@@ -497,9 +534,23 @@ impl Handler for DcacheFs {
         // goes to one the daemon keeps per node, for as long as the kernel
         // holds the node: `FuseCore::implicit_file`).
         let backend = self.core.vfs().backend();
+        // Locks kept by the backend: the kernel sends GETLK/SETLK/SETLKW,
+        // a FLUSH with the owner at each close (a process's POSIX locks
+        // go) and a RELEASE at the last (its open file's flock and OFD
+        // locks go). So files must be opened through us (a file the
+        // kernel opens without asking gets no RELEASE) and FLUSH must
+        // keep coming.
+        let locks = match (self.cfg.locks, backend.lock_scope()) {
+            (_, LockScope::None) | (Some(false), _) => false,
+            (Some(true), _) | (None, LockScope::Shared) => true,
+            (None, LockScope::Local) => false,
+        };
+        if locks {
+            want |= init::POSIX_LOCKS | init::FLOCK_LOCKS;
+        }
         if self.cfg.zero_trip_open && !self.cfg.check_permissions {
             want |= init::NO_OPENDIR_SUPPORT;
-            if !backend.needs_open() {
+            if !backend.needs_open() && !locks {
                 want |= init::NO_OPEN_SUPPORT;
             }
         }
@@ -518,9 +569,26 @@ impl Handler for DcacheFs {
         if want & init::NO_OPEN_SUPPORT == 0 {
             want |= init::ATOMIC_O_TRUNC;
         }
-        self.no_flush = !backend.flush_on_close();
         // Ask only for what this kernel offers.
         let got = want & offered;
+        let locks_on = got & (init::POSIX_LOCKS | init::FLOCK_LOCKS) != 0;
+        self.no_flush = !backend.flush_on_close() && !locks_on;
+        if locks_on {
+            // Other hosts write the files of a shared backend: a lock
+            // taken drops the kernel's cached pages first, unless the
+            // kernel caches none (direct_io).
+            let coherent = backend.lock_scope() == LockScope::Shared && !self.cfg.direct_io;
+            self.locks = Some(crate::locks::LockWaits::new(
+                backend.clone(),
+                coherent,
+                self.inval.clone(),
+            ));
+        }
+        if self.cfg.log && locks && !locks_on {
+            eprintln!(
+                "dcache: locks local to this host (the kernel does not offer FUSE_POSIX_LOCKS)"
+            );
+        }
         self.no_opendir = got & init::NO_OPENDIR_SUPPORT != 0;
         if got & init::NO_OPEN_SUPPORT != 0 {
             self.core.set_no_open();

@@ -65,6 +65,9 @@ pub mod core;
 pub mod fs;
 #[cfg(not(loom))]
 pub mod handles;
+pub mod lockbook;
+#[cfg(not(loom))]
+mod locks;
 pub mod lookupcount;
 #[cfg(not(loom))]
 pub mod nodes;
@@ -93,7 +96,7 @@ pub use backend::Backend;
 #[cfg(not(loom))]
 pub use core::{Entry, FuseCore};
 #[cfg(not(loom))]
-pub use fs::{DcacheFs, InvalSlot, KernelInval};
+pub use fs::{DcacheFs, InvalBarrier, InvalSlot, KernelInval};
 #[cfg(not(loom))]
 pub use handles::Fh;
 #[cfg(not(loom))]

@@ -14,6 +14,7 @@
 //! | `writeback_cache` / `no_writeback_cache` | the kernel keeps written data in its page cache and sends it later, merged (FUSE_WRITEBACK_CACHE; default off; needs `default_permissions`; turns passthrough I/O off; see docs/DESIGN.md for what it changes) |
 //! | `zero_trip_open` / `no_zero_trip_open` | let the kernel open files and directories without asking where nothing needs the open (FUSE_NO_OPEN_SUPPORT, FUSE_NO_OPENDIR_SUPPORT; default on, only with `default_permissions`) |
 //! | `posix_acl` / `no_posix_acl` | have the kernel check POSIX ACLs and leave the umask to the daemon (FUSE_POSIX_ACL, FUSE_DONT_MASK; default on for backends that keep attributes) |
+//! | `locks` / `no_locks` | the daemon keeps `flock` and `fcntl` locks (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS): by default for backends shared across hosts (etcd), with `locks` for any backend that keeps them (memfs, passthrough: same semantics as the kernel's own, one request per lock; turns zero-trip opens off for files); `no_locks` leaves locking to each host's kernel |
 //! | `killpriv` / `no_killpriv` | have the kernel say who wrote or truncated, so set-id bits drop by Linux's rule (FUSE_HANDLE_KILLPRIV_V2; default on) |
 //! | `file_handles` / `no_file_handles` | passthrough names host inodes by file handles where the host allows (default on), or holds a descriptor per cached inode |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
@@ -50,6 +51,8 @@ zero_trip_open          the kernel opens without asking where nothing needs the 
 no_zero_trip_open       every open and opendir is a request
 posix_acl               the kernel checks POSIX ACLs, the daemon applies the umask (default)
 no_posix_acl            neither (as on kernels without FUSE_POSIX_ACL)
+locks                   the daemon keeps flock/fcntl locks, for any backend that can (default: shared backends only)
+no_locks                each host's kernel locks for its own processes only
 killpriv                set-id bits dropped by Linux's rule on writes by others (default)
 no_killpriv             the kernel's older rule (FUSE without HANDLE_KILLPRIV_V2)
 file_handles            passthrough names host inodes by file handles where it can (default)
@@ -156,6 +159,11 @@ pub struct MountOptions {
     pub posix_acl: bool,
     /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`killpriv`, default on).
     pub killpriv: bool,
+    /// Ask for FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS: `Some(true)`
+    /// (`locks`) for any backend that keeps locks, `Some(false)`
+    /// (`no_locks`) never, `None` (default) for backends shared across
+    /// hosts.
+    pub locks: Option<bool>,
     /// The passthrough backend anchors inodes by file handles where the
     /// host allows it (`file_handles`, default on).
     pub file_handles: bool,
@@ -212,6 +220,7 @@ impl Default for MountOptions {
             writeback_cache: false,
             posix_acl: true,
             killpriv: true,
+            locks: None,
             file_handles: true,
             max_threads: 0,
             max_cached: DEFAULT_MAX_CACHED,
@@ -349,6 +358,8 @@ impl MountOptions {
                     "no_posix_acl" => self.posix_acl = false,
                     "killpriv" => self.killpriv = true,
                     "no_killpriv" => self.killpriv = false,
+                    "locks" => self.locks = Some(true),
+                    "no_locks" => self.locks = Some(false),
                     "file_handles" => self.file_handles = true,
                     "no_file_handles" => self.file_handles = false,
                     "clone_fd" => self.clone_fd = true,
@@ -437,6 +448,16 @@ mod tests {
         );
         assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(HELP.lines().any(|l| l.starts_with("no_uring ")));
+    }
+
+    #[test]
+    fn locks_default_to_the_backend() {
+        assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().locks, None);
+        assert_eq!(MountOptions::parse(&["locks"]).unwrap().locks, Some(true));
+        assert_eq!(
+            MountOptions::parse(&["locks,no_locks"]).unwrap().locks,
+            Some(false)
+        );
     }
 
     /// `-o help` lists every option `apply` takes, one line each.

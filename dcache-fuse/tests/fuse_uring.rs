@@ -190,6 +190,7 @@ fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
         writeback_cache: false,
         posix_acl: true,
         killpriv: true,
+        locks: None,
     };
     let mut fs = DcacheFs::new(Vfs::new(Arc::new(MemFs::new())).unwrap(), cfg);
     let agreed = serve::handshake(&dev, &mut fs, true).unwrap();

@@ -135,6 +135,7 @@ impl Inner {
                     .key_events
                     .fetch_add(resp.events().len() as u64, Ordering::Relaxed);
                 let mut changes = Vec::new();
+                let mut unlocked = Vec::new();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     let rev = kv.mod_revision();
@@ -154,8 +155,15 @@ impl Inner {
                             if theirs {
                                 changes.push(Change::Entry(dir, name.to_vec()));
                             }
+                        } else if let Some(ino) = crate::locks::parse_key(&self.keys, kv.key()) {
+                            unlocked.push(ino);
                         }
                     }
+                }
+                // A lock record put or deleted (a lease expiring too):
+                // whoever waits on the inode tries again.
+                for ino in unlocked.drain(..) {
+                    self.lock_wakers.wake(ino);
                 }
                 // Every event up to the response's last is applied: the
                 // fences it reaches hold.
@@ -170,6 +178,18 @@ impl Inner {
                             .fetch_add(1, Ordering::Relaxed);
                         let _ = tx.send(c);
                     }
+                }
+                // Release: a lock grant that reads it then queues a
+                // barrier behind these reports (`locks`).
+                if let Some(last) = resp
+                    .events()
+                    .iter()
+                    .filter_map(|e| e.kv())
+                    .map(|kv| kv.mod_revision())
+                    .max()
+                {
+                    self.reported.fetch_max(last, Ordering::Release);
+                    self.reported_moved.notify_waiters();
                 }
             }
         }
@@ -235,6 +255,10 @@ impl Inner {
             let dl = self.deadline();
             if let Ok((rev, _)) = self.read(dl, vec![get(self.keys.inode(ROOT_INO))]).await {
                 self.cache.reset(rev);
+                self.reported.fetch_max(rev, Ordering::Release);
+                self.reported_moved.notify_waiters();
+                // Lock events in the gap are lost: every waiter retries.
+                self.lock_wakers.wake_all();
                 return;
             }
         }

@@ -19,7 +19,7 @@ use super::{Inner, DIRENT, INO_BATCH};
 use crate::codec::{decode_u64, Entry, Rec, ROOT_INO};
 
 /// How a failed request is treated.
-enum Fail {
+pub(super) enum Fail {
     /// The cluster may answer later (no leader, member down): retry until
     /// the deadline.
     Transient,
@@ -30,7 +30,7 @@ enum Fail {
     Fatal(Errno),
 }
 
-fn classify(e: &etcd_client::Error) -> Fail {
+pub(super) fn classify(e: &etcd_client::Error) -> Fail {
     use etcd_client::Error as E;
     match e {
         E::GRpcStatus(s) => {

@@ -95,6 +95,9 @@ impl EtcdFs {
             progress_trusted,
             cluster_id,
             versions,
+            lock_wakers: Default::default(),
+            reported: AtomicI64::new(0),
+            reported_moved: tokio::sync::Notify::new(),
             objects: OnceLock::new(),
         });
         let i = inner.clone();

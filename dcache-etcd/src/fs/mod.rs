@@ -30,6 +30,7 @@ mod collect;
 mod connect;
 mod data;
 mod lease;
+mod locks;
 mod namespace;
 mod objdata;
 mod objread;
@@ -95,6 +96,15 @@ struct Inner {
     /// answered at connect (`None`: it did not answer).
     cluster_id: u64,
     versions: Vec<Option<String>>,
+    /// Waiters for a lock on an inode to go (`locks`): woken by the
+    /// watch's lock events and by this client's own releases.
+    lock_wakers: dcache::fs::lock::UnlockWakers,
+    /// The revision up to which the watch has handed other clients'
+    /// changes to the report thread (`locks`: a granted lock waits for
+    /// it).
+    reported: AtomicI64,
+    /// Told whenever `reported` moves.
+    reported_moved: tokio::sync::Notify,
     /// The object store of a volume whose data is kept there (`None`:
     /// inline in etcd).
     objects: OnceLock<buffer::Objects>,
@@ -104,6 +114,8 @@ struct Inner {
 enum Change {
     Entry(Ino, Vec<u8>),
     Inode(Ino),
+    /// Told once every change sent before it was reported (`locks`).
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 impl EtcdFs {
@@ -540,6 +552,41 @@ impl FileSystem for EtcdFs {
         self.block(self.inner.change_xattrs(ino, change))
     }
 
+    // File locks, shared by every client of the volume (`locks`).
+
+    fn lock_scope(&self) -> dcache::fs::LockScope {
+        dcache::fs::LockScope::Shared
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: &dcache::fs::LockOwner,
+        lock: &dcache::fs::FileLock,
+    ) -> Result<Option<dcache::fs::FileLock>> {
+        let i = &self.inner;
+        self.block(i.getlk(ino, owner, lock))
+    }
+
+    fn setlk(
+        &self,
+        ino: Ino,
+        owner: &dcache::fs::LockOwner,
+        lock: &dcache::fs::FileLock,
+    ) -> Result<()> {
+        let i = &self.inner;
+        self.block(i.setlk(ino, owner, lock))
+    }
+
+    fn release_locks(&self, ino: Ino, what: dcache::fs::LockRelease) -> Result<()> {
+        let i = &self.inner;
+        self.block(i.release_locks(ino, what))
+    }
+
+    fn wake_on_unlock(&self, ino: Ino, wake: dcache::fs::UnlockWake) {
+        self.inner.lock_wakers.add(ino, wake);
+    }
+
     fn flush_on_close(&self) -> bool {
         // Inline: every write is committed before it returns, nothing to
         // flush. Objects: close commits what was buffered.
@@ -580,6 +627,10 @@ impl FileSystem for EtcdFs {
             .spawn(move || {
                 // Ends when the watch's sender goes with the client.
                 for c in rx {
+                    if let Change::Barrier(done) = c {
+                        let _ = done.send(());
+                        continue;
+                    }
                     let Some(inval) = attached.lock().unwrap_or_else(|e| e.into_inner()).clone()
                     else {
                         continue;
@@ -587,6 +638,7 @@ impl FileSystem for EtcdFs {
                     match c {
                         Change::Entry(dir, name) => inval.entry(dir, &name),
                         Change::Inode(ino) => inval.inode(ino, None),
+                        Change::Barrier(_) => {}
                     }
                 }
             });

@@ -3,11 +3,13 @@
 //! reply the opcode expects.
 
 use dcache::errno::Result;
+use dcache::fs::lock::{Flavor, LockRelease};
 use dcache::permission::search_for_all;
 
 use super::{handle, node, secs, DcacheFs, GENERATION};
 use crate::attr::{dirent_type, file_attr, set_attr};
 use crate::core::{is_acl, xattr_cred, XattrReply};
+use crate::locks::{lk_out, lock_request};
 use crate::nodes::NodeId;
 use crate::wire::abi::{self, fattr};
 use crate::wire::serve::MAX_WRITE;
@@ -52,8 +54,14 @@ impl DcacheFs {
             // A second INIT: the handshake is over.
             Op::Init(_) => out.error(libc::EIO),
             Op::Destroy => self.finish(),
-            // We answer every request promptly; an interrupt needs nothing.
-            Op::Interrupt(_) => out.none(),
+            // Every request but a waiting SETLKW is answered promptly:
+            // only such a wait is interrupted (answered EINTR).
+            Op::Interrupt(i) => {
+                if let Some(l) = &self.locks {
+                    l.interrupt(i.unique);
+                }
+                out.none();
+            }
             Op::Forget(f) => {
                 core.forget(node(id), f.nlookup);
                 out.none();
@@ -174,6 +182,17 @@ impl DcacheFs {
             },
             Op::Release(r) => {
                 self.stats.open_requests.add(1);
+                if let Some(l) = &self.locks {
+                    // The open file's flock (the kernel names its owner)
+                    // and anything else taken through it (OFD locks).
+                    let ino = self.core.ids().ino(id);
+                    let backend = l.backend();
+                    if r.release_flags & abi::RELEASE_FLOCK_UNLOCK != 0 {
+                        let _ = backend
+                            .release_locks(ino, LockRelease::Owner(r.lock_owner, Flavor::Flock));
+                    }
+                    let _ = backend.release_locks(ino, LockRelease::File(r.fh));
+                }
                 // Handle 0 names no file of ours (a file the kernel opened
                 // without asking); nothing to close.
                 if r.fh != 0 {
@@ -189,6 +208,13 @@ impl DcacheFs {
                 // stops sending FLUSH at every close.
                 if self.no_flush {
                     return out.error(libc::ENOSYS);
+                }
+                // A process closed a descriptor: its POSIX locks on the
+                // file go (Linux's `locks_remove_posix` at every close).
+                if let Some(l) = &self.locks {
+                    let ino = self.core.ids().ino(id);
+                    let what = LockRelease::Owner(f.lock_owner, Flavor::Posix);
+                    let _ = l.backend().release_locks(ino, what);
                 }
                 empty(out, self.file_of(f.fh, id).and_then(|f| core.flush(f)));
             }
@@ -306,7 +332,38 @@ impl DcacheFs {
                 });
                 written(out, r);
             }
+            Op::Getlk(a) => self.getlk(id, a, out),
+            Op::Setlk(a) => self.setlk(h, a, false, out),
+            Op::Setlkw(a) => self.setlk(h, a, true, out),
             Op::Unknown => out.error(libc::ENOSYS),
+        }
+    }
+
+    /// GETLK: the lock that would conflict, or F_UNLCK.
+    fn getlk(&self, id: u64, a: &abi::LkIn, out: &mut Out) {
+        let Some(l) = &self.locks else {
+            return out.error(libc::ENOSYS);
+        };
+        match lock_request(a) {
+            Ok((owner, lock)) => {
+                let ino = self.core.ids().ino(id);
+                lk_out(out, &lock, l.backend().getlk(ino, &owner, &lock));
+            }
+            Err(e) => out.error(e.raw()),
+        }
+    }
+
+    /// SETLK, and SETLKW (`sleep`), which may wait (see `locks.rs`).
+    fn setlk(&self, h: &crate::wire::Header, a: &abi::LkIn, sleep: bool, out: &mut Out) {
+        let Some(l) = &self.locks else {
+            return out.error(libc::ENOSYS);
+        };
+        match lock_request(a) {
+            Ok((owner, lock)) => {
+                let ino = self.core.ids().ino(h.nodeid);
+                l.setlk(h.unique, h.nodeid, ino, owner, lock, sleep, out);
+            }
+            Err(e) => out.error(e.raw()),
         }
     }
 

@@ -92,6 +92,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         writeback_cache: options.writeback_cache,
         posix_acl: options.posix_acl,
         killpriv: options.killpriv,
+        locks: options.locks,
     }
 }
 
@@ -326,6 +327,10 @@ fn start_invalidator(notifier: Notifier, slot: &InvalSlot) -> io::Result<()> {
                     // Offset 0, length 0: the attributes and every cached
                     // page.
                     KernelInval::Inode { node } => notifier.inval_inode(node, 0, 0),
+                    KernelInval::Barrier(b) => {
+                        b.pass();
+                        Ok(())
+                    }
                 };
             }
         })?;

@@ -48,6 +48,9 @@ pub mod op {
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
+    pub const GETLK: u32 = 31;
+    pub const SETLK: u32 = 32;
+    pub const SETLKW: u32 = 33;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
     pub const INTERRUPT: u32 = 36;
@@ -66,9 +69,13 @@ pub mod op {
 #[allow(missing_docs)]
 pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
+    /// fcntl locks go to the daemon (GETLK, SETLK, SETLKW).
+    pub const POSIX_LOCKS: u64 = 1 << 1;
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
     pub const BIG_WRITES: u64 = 1 << 5;
     pub const DONT_MASK: u64 = 1 << 6;
+    /// `flock` goes to the daemon (SETLK/SETLKW with FUSE_LK_FLOCK).
+    pub const FLOCK_LOCKS: u64 = 1 << 10;
     pub const AUTO_INVAL_DATA: u64 = 1 << 12;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
@@ -121,6 +128,13 @@ pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
 /// `fuse_open_out.open_flags`: I/O goes to the backing file named by
 /// `backing_id`.
 pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
+
+/// `fuse_lk_in.lk_flags`: a `flock` (whole file, owned by the open file),
+/// not an fcntl lock.
+pub const LK_FLOCK: u32 = 1 << 0;
+
+/// `fuse_release_in.release_flags`: drop the `flock` of `lock_owner`.
+pub const RELEASE_FLOCK_UNLOCK: u32 = 1 << 1;
 
 /// `FUSE_NOTIFY_INVAL_INODE`.
 pub const NOTIFY_INVAL_INODE: i32 = 2;
@@ -311,6 +325,12 @@ records! {
     pub struct GetxattrIn { pub size: u32, pub padding: u32 } = 8;
     /// `struct fuse_access_in`.
     pub struct AccessIn { pub mask: u32, pub padding: u32 } = 8;
+    /// `struct fuse_file_lock`.
+    pub struct FileLock { pub start: u64, pub end: u64, pub kind: u32, pub pid: u32 } = 24;
+    /// `struct fuse_lk_in` (GETLK, SETLK, SETLKW).
+    pub struct LkIn { pub fh: u64, pub owner: u64, pub lk: FileLock, pub lk_flags: u32, pub padding: u32 } = 48;
+    /// `struct fuse_lk_out`.
+    pub struct LkOut { pub lk: FileLock } = 24;
     /// `struct fuse_interrupt_in`.
     pub struct InterruptIn { pub unique: u64 } = 8;
     /// `struct fuse_fallocate_in`.

@@ -6,11 +6,54 @@
 
 use std::io::IoSlice;
 use std::mem::size_of;
+use std::sync::Arc;
 
 use super::abi::{self, dirent_align, Pod};
 
+/// Where a reply sent after its handler returned goes: the transport
+/// that carried the request (a /dev/fuse write; an io_uring queue, whose
+/// entry `slot` waits parked for it). See [`Out::defer`].
+pub trait LateSink: Send + Sync {
+    /// Send `out`, the reply to the request that came in `slot`.
+    fn send_late(&self, slot: usize, out: Out);
+}
+
+/// A reply owed: made by [`Out::defer`], sent (once) by [`Later::send`].
+/// Dropping one unsent leaves the request unanswered until the connection
+/// ends, which only a session that is going may do.
+pub struct Later {
+    unique: u64,
+    slot: usize,
+    sink: Arc<dyn LateSink>,
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Later")
+            .field("unique", &self.unique)
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Later {
+    /// The request's `unique` (what an INTERRUPT names).
+    pub fn unique(&self) -> u64 {
+        self.unique
+    }
+
+    /// Build the reply with `fill` (given an `Out` started for the
+    /// request: success, empty) and send it, from any thread.
+    pub fn send(self, fill: impl FnOnce(&mut Out)) {
+        let mut out = Out::default();
+        out.start(self.unique);
+        fill(&mut out);
+        self.sink.send_late(self.slot, out);
+    }
+}
+
 /// One reply being built (reused from request to request).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Out {
     unique: u64,
     error: i32,
@@ -25,6 +68,25 @@ pub struct Out {
     reply: bool,
     /// The header, filled in by [`Out::iov`].
     header: abi::OutHeader,
+    /// Where a deferred reply goes, if this transport can take one late.
+    late: Option<Arc<dyn LateSink>>,
+    /// The transport's place of the current request (an io_uring entry).
+    slot: usize,
+    /// The handler will answer later ([`Out::defer`]).
+    deferred: bool,
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Out")
+            .field("unique", &self.unique)
+            .field("error", &self.error)
+            .field("body", &self.body.len())
+            .field("tail_len", &self.tail_len)
+            .field("reply", &self.reply)
+            .field("deferred", &self.deferred)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Out {
@@ -35,6 +97,39 @@ impl Out {
         self.body.clear();
         self.tail_len = 0;
         self.reply = true;
+        self.deferred = false;
+    }
+
+    /// The transport can take replies late, through `sink` (set once per
+    /// worker or queue).
+    pub fn set_late(&mut self, sink: Arc<dyn LateSink>) {
+        self.late = Some(sink);
+    }
+
+    /// Where the current request came in (an io_uring entry), for a
+    /// deferred reply.
+    pub fn set_slot(&mut self, slot: usize) {
+        self.slot = slot;
+    }
+
+    /// Answer later: nothing is sent now, and the returned [`Later`] sends
+    /// the reply from whatever thread finishes the request (a lock that
+    /// must wait). `None` where the transport cannot (a caller driving
+    /// the handler directly): the handler must then answer now.
+    pub fn defer(&mut self) -> Option<Later> {
+        let sink = self.late.clone()?;
+        self.deferred = true;
+        self.reply = false;
+        Some(Later {
+            unique: self.unique,
+            slot: self.slot,
+            sink,
+        })
+    }
+
+    /// Whether the handler deferred its reply ([`Out::defer`]).
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
     }
 
     /// Answer with an error (a positive errno); drops anything added.

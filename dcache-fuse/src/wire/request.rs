@@ -102,6 +102,10 @@ pub enum Op<'a> {
         arg: abi::CreateIn,
     },
     Fallocate(abi::FallocateIn),
+    Getlk(abi::LkIn),
+    Setlk(abi::LkIn),
+    /// SETLK that waits (F_SETLKW, `flock` without LOCK_NB).
+    Setlkw(abi::LkIn),
     Lseek(abi::LseekIn),
     CopyFileRange(abi::CopyFileRangeIn),
     /// An opcode we do not implement: answered ENOSYS, which tells the
@@ -328,6 +332,9 @@ impl<'a> Request<'a> {
             // arguments; there is no name to use.
             op::TMPFILE => Op::Tmpfile { arg: a.rec()? },
             op::FALLOCATE => Op::Fallocate(a.rec()?),
+            op::GETLK => Op::Getlk(a.rec()?),
+            op::SETLK => Op::Setlk(a.rec()?),
+            op::SETLKW => Op::Setlkw(a.rec()?),
             op::LSEEK => Op::Lseek(a.rec()?),
             op::COPY_FILE_RANGE => Op::CopyFileRange(a.rec()?),
             _ => Op::Unknown,

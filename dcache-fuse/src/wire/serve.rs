@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use super::abi::{self, init, op};
 use super::dev::{Dev, Received};
-use super::reply::Out;
+use super::reply::{LateSink, Out};
 use super::request::{Malformed, Op, Request};
 
 /// The largest write the kernel may send in one request (`max_write`):
@@ -218,9 +218,21 @@ pub(crate) fn first_error(results: impl Iterator<Item = io::Result<()>>) -> io::
     first
 }
 
-fn work<H: Handler>(dev: &Dev, handler: &H, access: Access) -> io::Result<()> {
+/// A reply sent late over /dev/fuse: a write like any other, from the
+/// thread that finished the request (the kernel matches it by `unique`).
+impl LateSink for Dev {
+    fn send_late(&self, _slot: usize, mut out: Out) {
+        if out.wants_reply() {
+            // ENOENT: the request was interrupted and is gone.
+            let _ = self.send(&out.iov());
+        }
+    }
+}
+
+fn work<H: Handler>(dev: &Arc<Dev>, handler: &H, access: Access) -> io::Result<()> {
     let mut buf = vec![0u8; BUFFER];
     let mut out = Out::default();
+    out.set_late(dev.clone());
     loop {
         let n = match dev.receive(&mut buf)? {
             Received::Request(n) => n,

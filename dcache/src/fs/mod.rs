@@ -11,10 +11,12 @@
 pub(crate) mod fileops;
 pub mod invalidate;
 pub mod kernfs;
+pub mod lock;
 pub mod memfs;
 pub mod passthrough;
 
 pub use invalidate::{Invalidation, Invalidator};
+pub use lock::{FileLock, LockOwner, LockRelease, UnlockWake};
 
 use crate::errno::{Errno, Result};
 
@@ -663,4 +665,60 @@ pub trait FileSystem: Send + Sync + 'static {
     fn tmpfile(&self, _dir: Ino, _perm: u16, _flags: i32, _ctx: Ctx) -> Result<(Attr, u64)> {
         Err(Errno::ENOTSUP)
     }
+
+    // File locks ([`lock`]): POSIX record locks and `flock`, kept by the
+    // backend for every client of it (a shared backend: for every host).
+    // Without them (the default) a frontend leaves locking to the host's
+    // kernel, which then locks for its own processes only.
+
+    /// Who sees this backend's locks: [`LockScope::None`] (the default:
+    /// it keeps none), [`LockScope::Local`] (this process's clients: a
+    /// local backend, where the host kernel's own locking is as good) or
+    /// [`LockScope::Shared`] (every client on every host, which only the
+    /// backend can arbitrate). Read once when a frontend starts.
+    fn lock_scope(&self) -> LockScope {
+        LockScope::None
+    }
+
+    /// F_GETLK: the lock of another owner that `lock` would conflict with
+    /// on `ino` (its type, range and pid), or `None` where it could be
+    /// taken now. `owner`'s own locks never conflict.
+    fn getlk(&self, _ino: Ino, _owner: &LockOwner, _lock: &FileLock) -> Result<Option<FileLock>> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// F_SETLK: take, change or drop (`lock.kind == None`) `owner`'s lock
+    /// on `ino`, with [`lock`]'s semantics. Never blocks: EAGAIN when
+    /// another owner's lock conflicts. A frontend makes F_SETLKW of it by
+    /// asking [`wake_on_unlock`](Self::wake_on_unlock) first and trying
+    /// again when woken.
+    fn setlk(&self, _ino: Ino, _owner: &LockOwner, _lock: &FileLock) -> Result<()> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Drop at once the locks on `ino` that `what` names (a descriptor or
+    /// the open file closed: FUSE's FLUSH and RELEASE).
+    fn release_locks(&self, _ino: Ino, _what: LockRelease) -> Result<()> {
+        Ok(())
+    }
+
+    /// Call `wake` once, after a lock on `ino` is next released or
+    /// narrowed by anyone (any client, any host; a holder that went away
+    /// included); it may also come early or for nothing, and the waiter
+    /// then tries again. `wake` runs on a backend thread and must not
+    /// block. The default calls it at once.
+    fn wake_on_unlock(&self, _ino: Ino, wake: UnlockWake) {
+        wake()
+    }
+}
+
+/// Who sees a backend's file locks ([`FileSystem::lock_scope`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockScope {
+    /// It keeps none: the frontend's host locks locally.
+    None,
+    /// Every client of this process (memfs, passthrough).
+    Local,
+    /// Every client of the backend, on every host (etcd).
+    Shared,
 }

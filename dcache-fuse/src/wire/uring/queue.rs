@@ -15,18 +15,81 @@
 //! which [`Region::entry`] is called.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::region::Region;
 use crate::wire::abi::{self, uring, Pod};
-use crate::wire::reply::Out;
+use crate::wire::reply::{LateSink, Out};
 use crate::wire::request::{Malformed, Request};
 use crate::wire::serve::{answer, Access, Handler};
 
 /// The stop poll's `user_data` (entries use their index).
 const STOP: u64 = u64::MAX;
+/// The late-reply poll's `user_data`.
+const LATE: u64 = u64::MAX - 1;
+
+/// Replies sent after their handler returned (a lock that waited): the
+/// thread that finishes such a request posts its reply here with the
+/// entry it came in, and wakes the queue's thread through the eventfd,
+/// which the ring polls. The entry stays parked (not lent to the kernel)
+/// until then; the queue's thread writes the reply into it and commits.
+pub(super) struct Mailbox {
+    replies: Mutex<Vec<(usize, Out)>>,
+    efd: OwnedFd,
+}
+
+impl Mailbox {
+    fn new() -> io::Result<Mailbox> {
+        // SAFETY: eventfd(2) makes a new descriptor or fails.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mailbox {
+            replies: Mutex::new(Vec::new()),
+            // SAFETY: the descriptor was just made and is ours alone.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn take(&self) -> Vec<(usize, Out)> {
+        let mut buf = 0u64;
+        // SAFETY: read(2) of 8 bytes into a live u64 from our eventfd
+        // (non-blocking: nothing posted is EAGAIN, ignored).
+        unsafe {
+            libc::read(
+                self.efd.as_raw_fd(),
+                std::ptr::from_mut(&mut buf).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+        std::mem::take(&mut *self.replies.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl LateSink for Mailbox {
+    fn send_late(&self, slot: usize, out: Out) {
+        // The reply is queued before the eventfd is written, under the
+        // mutex the queue's thread takes after it sees the eventfd
+        // readable: it finds the reply, or a later wake-up does.
+        self.replies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((slot, out));
+        let one: u64 = 1;
+        // SAFETY: write(2) of 8 bytes from a live u64 to our eventfd.
+        unsafe {
+            libc::write(
+                self.efd.as_raw_fd(),
+                std::ptr::from_ref(&one).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
+}
 
 /// An SQE128 ring whose completions are plain.
 pub(super) type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
@@ -106,6 +169,13 @@ pub(super) struct Queue {
     /// Completions reaped while registering that the loop must still see
     /// (a request already in an entry, a REGISTER to send again).
     early: Vec<(u64, i32)>,
+    /// Late replies for parked entries.
+    mailbox: Arc<Mailbox>,
+    /// Entries parked: their request's handler will answer later.
+    parked: usize,
+    /// Entries registered with the kernel so far (the first `depth`, then
+    /// one spare per parked entry, up to all of them).
+    registered: usize,
 }
 
 impl Queue {
@@ -120,23 +190,32 @@ impl Queue {
         stop: &impl AsRawFd,
     ) -> io::Result<Queue> {
         let depth = depth.clamp(1, 4096);
-        let region = Region::new(depth, payload)?;
-        // One more slot for the stop poll.
-        let ring = ring(u32::try_from(depth + 1).unwrap_or(u32::MAX))?;
+        // As many spare entries, registered only as entries park (a lock
+        // request waiting for its late reply), so that parked requests
+        // do not take the queue's depth away from other requests. A
+        // spare's pages are never touched until it is used.
+        let total = depth * 2;
+        let region = Region::new(total, payload)?;
+        // Two more slots: the stop poll and the late-reply poll.
+        let ring = ring(u32::try_from(total + 2).unwrap_or(u32::MAX))?;
         ring.submitter().register_files(&[dev])?;
         let mut q = Queue {
             ring,
             region,
             qid,
             live: 0,
-            commit: vec![0; depth],
+            registered: depth,
+            commit: vec![0; total],
             failed: None,
             early: Vec::new(),
+            mailbox: Arc::new(Mailbox::new()?),
+            parked: 0,
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
             .user_data(STOP);
         q.push(&poll.into())?;
+        q.arm_late()?;
         for e in 0..depth {
             let sqe = register_sqe(types::Fixed(0), qid, q.region.iov_addr(e), e as u64);
             q.push(&sqe)?;
@@ -173,10 +252,41 @@ impl Queue {
             .map_err(|_| io::Error::other("io_uring submission queue full"))
     }
 
+    /// Poll the mailbox's eventfd (one shot: armed again each time it
+    /// fires).
+    fn arm_late(&mut self) -> io::Result<()> {
+        let poll =
+            opcode::PollAdd::new(types::Fd(self.mailbox.efd.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(LATE);
+        self.push(&poll.into())
+    }
+
+    /// Commit the late replies posted for parked entries.
+    fn send_late(&mut self) -> io::Result<()> {
+        for (e, out) in self.mailbox.take() {
+            if e >= self.commit.len() {
+                continue;
+            }
+            // SAFETY: entry e is parked: its command completed (with the
+            // request now answered) and nothing was pushed for it since,
+            // so the kernel does not touch its buffers; this thread alone
+            // serves the queue.
+            let (head, payload) = unsafe { self.region.entry(e) };
+            let commit_id = place_reply(head, payload, &out);
+            self.commit[e] = commit_id;
+            let sqe = self.commit_sqe(e, commit_id);
+            self.push(&sqe)?;
+            self.parked -= 1;
+        }
+        self.arm_late()
+    }
+
     /// Serve until the connection ends (every entry completed with an
     /// error, ENOTCONN on unmount) or the stop poll fires.
     pub(super) fn serve<H: Handler>(mut self, handler: &H, access: Access) -> io::Result<()> {
         let mut out = Out::default();
+        out.set_late(self.mailbox.clone());
         let mut done: Vec<(u64, i32)> = std::mem::take(&mut self.early);
         done.reserve(self.commit.len() + 1);
         loop {
@@ -193,6 +303,10 @@ impl Queue {
             for &(ud, res) in &done {
                 if ud == STOP {
                     stop = true;
+                    continue;
+                }
+                if ud == LATE {
+                    self.send_late()?;
                     continue;
                 }
                 let Ok(e) = usize::try_from(ud) else { continue };
@@ -212,7 +326,10 @@ impl Queue {
                 }
             }
             done.clear();
-            if stop || self.live == 0 {
+            // The connection is gone when every entry still live is
+            // parked and one has ended (all of them parked is a busy
+            // queue: the late replies bring them back).
+            if stop || (self.live == self.parked && self.live < self.registered) {
                 return match self.failed.take() {
                     Some(e) => Err(io::Error::new(
                         e.kind(),
@@ -250,9 +367,24 @@ impl Queue {
         out: &mut Out,
     ) -> io::Result<()> {
         // SAFETY: entry e's command just completed (this completion), and
-        // the entry is not submitted again until the commit queued below.
+        // the entry is not submitted again until the commit queued below
+        // (or, for a deferred reply, the one `send_late` queues).
         let (head, payload) = unsafe { self.region.entry(e) };
-        let commit_id = fill_reply(head, payload, handler, access, out);
+        out.set_slot(e);
+        let Some(commit_id) = fill_reply(head, payload, handler, access, out) else {
+            // Parked until its handler's late reply comes (the mailbox);
+            // a spare entry takes its place while there is one.
+            self.parked += 1;
+            if self.registered < self.commit.len() {
+                let s = self.registered;
+                let sqe =
+                    register_sqe(types::Fixed(0), self.qid, self.region.iov_addr(s), s as u64);
+                self.push(&sqe)?;
+                self.registered += 1;
+                self.live += 1;
+            }
+            return Ok(());
+        };
         self.commit[e] = commit_id;
         let sqe = self.commit_sqe(e, commit_id);
         self.push(&sqe)
@@ -262,15 +394,17 @@ impl Queue {
 /// Parse the request in an entry's buffers, answer it, and write the
 /// reply into the same buffers: the out header into the in/out area, the
 /// records and data into the payload, their size into `payload_sz`.
-/// Returns the commit id. A request whose sizes do not add up is answered
-/// EINVAL; so is a reply larger than the payload buffer.
+/// Returns the commit id, or `None` when the handler deferred its reply
+/// ([`Out::defer`]: the entry waits for it). A request whose sizes do not
+/// add up is answered EINVAL; so is a reply larger than the payload
+/// buffer.
 pub(super) fn fill_reply<H: Handler>(
     head: &mut [u8],
     payload: &mut [u8],
     handler: &H,
     access: Access,
     out: &mut Out,
-) -> u64 {
+) -> Option<u64> {
     let io = abi::UringEntInOut::read(&head[uring::ENT_IN_OUT_OFFSET..]).unwrap_or_default();
     let commit_id = io.commit_id;
     let parsed = match usize::try_from(io.payload_sz) {
@@ -290,6 +424,7 @@ pub(super) fn fill_reply<H: Handler>(
         answer(parsed, handler, access, out)
     }));
     match answered {
+        Ok(true) if out.is_deferred() => return None,
         Ok(true) if out.wants_reply() => {}
         Err(_) => {
             out.start(commit_id);
@@ -306,7 +441,26 @@ pub(super) fn fill_reply<H: Handler>(
     if body.len() + tail.len() > payload.len() {
         out.error(libc::EINVAL);
     }
+    Some(place_reply(head, payload, out))
+}
+
+/// Write the reply `out` into an entry's buffers (which hold its request:
+/// the commit id is read from there), returning the commit id. The caller
+/// has made sure the reply fits (a late reply is a record or an error).
+fn place_reply(head: &mut [u8], payload: &mut [u8], out: &Out) -> u64 {
+    let io = abi::UringEntInOut::read(&head[uring::ENT_IN_OUT_OFFSET..]).unwrap_or_default();
+    let commit_id = io.commit_id;
     let (header, body, tail) = out.parts();
+    let (header, body, tail) = if body.len() + tail.len() > payload.len() {
+        let h = abi::OutHeader {
+            len: std::mem::size_of::<abi::OutHeader>() as u32,
+            error: -libc::EINVAL,
+            unique: header.unique,
+        };
+        (h, &[][..], &[][..])
+    } else {
+        (header, body, tail)
+    };
     let n = body.len() + tail.len();
     payload[..body.len()].copy_from_slice(body);
     payload[body.len()..n].copy_from_slice(tail);
@@ -408,7 +562,7 @@ mod tests {
         let (mut h, mut p) = entry(op::LOOKUP, 5, &[], b"name\0");
         assert_eq!(
             fill_reply(&mut h, &mut p, &Echo, Access::Kernel, &mut out),
-            5
+            Some(5)
         );
         let (oh, body) = reply(&h, &p);
         assert_eq!((oh.unique, oh.error, body.as_slice()), (5, 0, &b"name"[..]));
@@ -455,7 +609,7 @@ mod tests {
         let (mut h, mut p) = entry(op::FORGET, 11, &1u64.to_ne_bytes(), &[]);
         assert_eq!(
             fill_reply(&mut h, &mut p, &Echo, Access::Kernel, &mut out),
-            11
+            Some(11)
         );
         assert_eq!(reply(&h, &p).0.error, -libc::ENOSYS);
 
@@ -463,7 +617,7 @@ mod tests {
         let (mut h, mut p) = entry(op::READLINK, 13, &[], &[]);
         assert_eq!(
             fill_reply(&mut h, &mut p, &Echo, Access::Kernel, &mut out),
-            13
+            Some(13)
         );
         assert_eq!(reply(&h, &p).0.error, -libc::EIO);
 

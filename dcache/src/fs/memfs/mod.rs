@@ -106,6 +106,8 @@ pub struct MemFs {
     handles: Arc<Handles>,
     /// Who the path helpers (`mkdir_p`, `write_file`) create files as.
     owner: Ctx,
+    /// File locks (`flock`, `fcntl`).
+    locks: crate::fs::lock::LocalLocks,
 }
 
 impl Default for MemFs {
@@ -146,6 +148,7 @@ impl MemFs {
             handles: tree.handles.clone(),
             tree: RwLock::new(tree),
             owner: Ctx { uid, gid },
+            locks: Default::default(),
         }
     }
 
@@ -463,5 +466,38 @@ impl FileSystem for MemFs {
 
     fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
         self.write_lock().tmpfile(dir, perm, flags, ctx)
+    }
+    // File locks: one in-process table, shared by every client of this
+    // backend (`lock::LocalLocks`).
+
+    fn lock_scope(&self) -> crate::fs::LockScope {
+        crate::fs::LockScope::Local
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: &crate::fs::LockOwner,
+        lock: &crate::fs::FileLock,
+    ) -> Result<Option<crate::fs::FileLock>> {
+        self.locks.getlk(ino, owner, lock)
+    }
+
+    fn setlk(
+        &self,
+        ino: Ino,
+        owner: &crate::fs::LockOwner,
+        lock: &crate::fs::FileLock,
+    ) -> Result<()> {
+        self.locks.setlk(ino, owner, lock)
+    }
+
+    fn release_locks(&self, ino: Ino, what: crate::fs::LockRelease) -> Result<()> {
+        self.locks.release(ino, what);
+        Ok(())
+    }
+
+    fn wake_on_unlock(&self, ino: Ino, wake: crate::fs::UnlockWake) {
+        self.locks.wake_on_unlock(ino, wake)
     }
 }

@@ -161,6 +161,9 @@ pub struct Passthrough {
     /// access, with the descriptor their create opened (module docs).
     created: Mutex<Vec<Created>>,
     opts: PassthroughOptions,
+    /// File locks among this process's clients (the host's own processes
+    /// locking the source directly are not seen).
+    locks: crate::fs::lock::LocalLocks,
 }
 
 /// A file created with [`sys::create_open`], its inode and descriptor.
@@ -200,6 +203,7 @@ impl Passthrough {
             daemon_is_root: Ctx::current().uid == 0,
             created: Mutex::new(Vec::new()),
             opts,
+            locks: Default::default(),
         })
     }
 
@@ -713,5 +717,39 @@ impl FileSystem for Passthrough {
 
     fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
         self.do_tmpfile(dir, perm, flags, ctx)
+    }
+
+    // File locks: one in-process table, shared by every client of this
+    // backend (`lock::LocalLocks`).
+
+    fn lock_scope(&self) -> crate::fs::LockScope {
+        crate::fs::LockScope::Local
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: &crate::fs::LockOwner,
+        lock: &crate::fs::FileLock,
+    ) -> Result<Option<crate::fs::FileLock>> {
+        self.locks.getlk(ino, owner, lock)
+    }
+
+    fn setlk(
+        &self,
+        ino: Ino,
+        owner: &crate::fs::LockOwner,
+        lock: &crate::fs::FileLock,
+    ) -> Result<()> {
+        self.locks.setlk(ino, owner, lock)
+    }
+
+    fn release_locks(&self, ino: Ino, what: crate::fs::LockRelease) -> Result<()> {
+        self.locks.release(ino, what);
+        Ok(())
+    }
+
+    fn wake_on_unlock(&self, ino: Ino, wake: crate::fs::UnlockWake) {
+        self.locks.wake_on_unlock(ino, wake)
     }
 }
