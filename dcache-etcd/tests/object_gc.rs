@@ -267,3 +267,93 @@ fn freed_after_grace(kind: Store, t: &str) {
     assert_eq!(keys_under(&ep, "/grace/a/g/").len(), 1);
     settles(0).expect("the dropped object deleted");
 }
+
+/// More objects than one listing page holds (S3 servers return 1,000 a
+/// page): `gc` counts and deletes every orphan, and `destroy` removes
+/// every object of the volume, leaving the store's other objects.
+#[test]
+fn gc_and_destroy_go_through_every_page_of_the_listing() {
+    many_objects(
+        Store::Local,
+        "gc_and_destroy_go_through_every_page_of_the_listing",
+    );
+}
+
+#[test]
+fn gc_and_destroy_go_through_every_page_of_the_listing_on_s3() {
+    many_objects(
+        Store::S3,
+        "gc_and_destroy_go_through_every_page_of_the_listing_on_s3",
+    );
+}
+
+fn many_objects(kind: Store, t: &str) {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    if !etcd_available(t) {
+        return;
+    }
+    let Some(store) = TestStore::new(kind, t) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/pages", &store);
+    let (fs, v) = client(&spec, Options::default());
+    let uuid = fs.volume().record.uuid.clone();
+    let f = v
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    f.write(0, b"named").unwrap();
+    f.close().unwrap();
+    drop(v);
+    drop(fs);
+    // 2,500 orphans, and one object outside the volume.
+    let n = 2_500u64;
+    let s = store.client();
+    store.block_on(async {
+        stream::iter((1..=n).map(|i| {
+            let s = s.clone();
+            let p = dcache_etcd::slices::object_path(&uuid, 0xa000_0000 + i);
+            async move {
+                s.put(&p.into(), bytes::Bytes::from_static(b"o").into())
+                    .await
+            }
+        }))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("plant");
+    });
+    store.put("elsewhere/x", b"not the volume's");
+    let opts = |dry_run| GcOptions {
+        min_age: Duration::ZERO,
+        dry_run,
+    };
+    let dry = dcache_etcd::gc(&spec, &opts(true)).unwrap();
+    assert_eq!(
+        (dry.objects, dry.named, dry.orphans),
+        (n + 1, 1, n),
+        "{dry:?}"
+    );
+    let done = dcache_etcd::gc(&spec, &opts(false)).unwrap();
+    assert_eq!(done.orphans, n, "{done:?}");
+    assert_eq!(store.objects().len(), 1);
+    // Orphans again, then the volume destroyed with them.
+    store.block_on(async {
+        stream::iter((1..=n).map(|i| {
+            let s = s.clone();
+            let p = dcache_etcd::slices::object_path(&uuid, 0xb000_0000 + i);
+            async move {
+                s.put(&p.into(), bytes::Bytes::from_static(b"o").into())
+                    .await
+            }
+        }))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("plant");
+    });
+    dcache_etcd::destroy(&spec).unwrap();
+    let left: Vec<String> = store.list().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(left, ["elsewhere/x"]);
+}
