@@ -11,12 +11,13 @@
 //!
 //! Why a named object is never deleted: an object is named only by the
 //! list of the one chunk it was written for, and only after it was
-//! uploaded. A client commits within [`Options::timeout`] of uploading
-//! (each attempt checks the deadline, and a client frozen past its lease
-//! finds the lease gone and gives up), so an object whose upload is older
-//! than `min_age` (keep it well over the clients' timeout plus their
-//! lease TTL, plus the time an upload may take, since an S3 server may
-//! date an object from the start of its upload; the default is an hour)
+//! uploaded. A client commits within [`Options::timeout`] of its
+//! upload's end (each attempt checks the deadline, and a client frozen
+//! past its lease finds the lease gone and gives up), so an object whose
+//! upload is older than `min_age` (keep it well over the clients' timeout
+//! plus their lease TTL, plus the time an upload may take: at most a
+//! minute, and an S3 server may date an object from the start of its
+//! upload; the default is an hour)
 //! has either been named before the store was listed, and so is seen by
 //! the reads that follow, or never will be. When a list drops it, the
 //! same transaction puts it in a garbage record, which the reads see if
