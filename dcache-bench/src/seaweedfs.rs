@@ -84,11 +84,55 @@ pub fn weed_or_skip(test: &str) -> Option<PathBuf> {
 
 /// A running `weed server` with its S3 gateway.
 pub struct S3Server {
-    child: Child,
-    s3_port: u16,
-    /// The gRPC ports of master, volume, filer and s3.
-    grpc: [u16; 4],
+    /// `None` while killed.
+    child: Option<Child>,
+    bin: PathBuf,
+    /// master, volume, filer, s3: HTTP port, gRPC port.
+    ports: Vec<u16>,
     dir: tempfile::TempDir,
+}
+
+/// `weed server` with the master, a volume server, the filer and the S3
+/// gateway, on the ports `p` (as `S3Server` keeps them), data and logs
+/// under `dir`.
+fn spawn(bin: &Path, dir: &Path, p: &[u16]) -> Result<Child, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("weed.log"))
+        .map_err(|e| format!("weed log: {e}"))?;
+    let arg = |k: &str, v: &dyn std::fmt::Display| format!("-{k}={v}");
+    Command::new(bin)
+        .current_dir(dir)
+        // Global flags: logs to stderr (the log file), not /tmp.
+        .args(["-logtostderr=true", "server"])
+        .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+        .arg(arg("dir", &dir.join("data").display()))
+        .arg(arg("master.port", &p[0]))
+        .arg(arg("master.port.grpc", &p[1]))
+        .arg("-master.telemetry=false")
+        // Small volumes: a test writes at most a few GiB.
+        .arg("-master.volumeSizeLimitMB=256")
+        .arg("-volume.max=0")
+        .arg(arg("volume.port", &p[2]))
+        .arg(arg("volume.port.grpc", &p[3]))
+        .arg("-filer")
+        .arg(arg("filer.port", &p[4]))
+        .arg(arg("filer.port.grpc", &p[5]))
+        .arg(arg("filer.localSocket", &dir.join("f.sock").display()))
+        .arg("-s3")
+        .arg(arg("s3.port", &p[6]))
+        .arg(arg("s3.port.grpc", &p[7]))
+        .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
+        .arg(arg("s3.localSocket", &dir.join("s.sock").display()))
+        .arg(arg("s3.config", &dir.join("s3.json").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(
+            log.try_clone().map_err(|e| format!("weed log: {e}"))?,
+        ))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))
 }
 
 fn free_ports(n: usize) -> Result<Vec<u16>, String> {
@@ -127,56 +171,18 @@ impl S3Server {
         std::fs::create_dir(&data).map_err(|e| format!("mkdir: {e}"))?;
         let config = dir.path().join("s3.json");
         std::fs::write(&config, identity_json()).map_err(|e| format!("s3.json: {e}"))?;
-        let log = std::fs::File::create(dir.path().join("weed.log"))
-            .map_err(|e| format!("weed log: {e}"))?;
         // master, volume, filer, s3: an HTTP and a gRPC port each.
-        let p = free_ports(8)?;
-        let arg = |k: &str, v: &dyn std::fmt::Display| format!("-{k}={v}");
-        let child = Command::new(bin)
-            .current_dir(dir.path())
-            // Global flags: logs to stderr (the log file), not /tmp.
-            .args(["-logtostderr=true", "server"])
-            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
-            .arg(arg("dir", &data.display()))
-            .arg(arg("master.port", &p[0]))
-            .arg(arg("master.port.grpc", &p[1]))
-            .arg("-master.telemetry=false")
-            // Small volumes: a test writes at most a few GiB.
-            .arg("-master.volumeSizeLimitMB=256")
-            .arg("-volume.max=0")
-            .arg(arg("volume.port", &p[2]))
-            .arg(arg("volume.port.grpc", &p[3]))
-            .arg("-filer")
-            .arg(arg("filer.port", &p[4]))
-            .arg(arg("filer.port.grpc", &p[5]))
-            .arg(arg(
-                "filer.localSocket",
-                &dir.path().join("f.sock").display(),
-            ))
-            .arg("-s3")
-            .arg(arg("s3.port", &p[6]))
-            .arg(arg("s3.port.grpc", &p[7]))
-            .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
-            .arg(arg("s3.localSocket", &dir.path().join("s.sock").display()))
-            .arg(arg("s3.config", &config.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(
-                log.try_clone().map_err(|e| format!("weed log: {e}"))?,
-            ))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let ports = free_ports(8)?;
+        let p = ports.clone();
+        let child = spawn(bin, dir.path(), &ports)?;
         let mut s = S3Server {
-            child,
-            s3_port: p[6],
-            grpc: [p[1], p[3], p[5], p[7]],
+            child: Some(child),
+            bin: bin.to_path_buf(),
+            ports,
             dir,
         };
         let until = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", s.s3_port)).is_err() {
-            s.check(until, "its S3 port did not open")?;
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        s.wait_listening(until)?;
         // The bucket, made as an operator makes it, then listed (the shell
         // exits 0 whatever its commands did); retried while the filer is
         // still registering with the master. (An admin identity's first
@@ -231,7 +237,10 @@ impl S3Server {
     /// An error (with the end of the server's log) when it has exited or
     /// `until` has passed.
     fn check(&mut self, until: Instant, what: &str) -> Result<(), String> {
-        let exited = self.child.try_wait().ok().flatten();
+        let exited = match &mut self.child {
+            Some(c) => c.try_wait().ok().flatten(),
+            None => return Err(format!("weed server: killed ({what})")),
+        };
         if exited.is_none() && Instant::now() < until {
             return Ok(());
         }
@@ -248,9 +257,48 @@ impl S3Server {
         ))
     }
 
+    fn wait_listening(&mut self, until: Instant) -> Result<(), String> {
+        while TcpStream::connect(("127.0.0.1", self.ports[6])).is_err() {
+            self.check(until, "its S3 port did not open")?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// SIGKILL the server (a crash: nothing answers on its ports).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start a killed server again on its ports and data, and wait until
+    /// its bucket answers.
+    pub fn restart(&mut self) -> Result<(), String> {
+        assert!(self.child.is_none(), "restart of a running server");
+        self.child = Some(spawn(&self.bin, self.dir.path(), &self.ports)?);
+        let until = Instant::now() + Duration::from_secs(60);
+        self.wait_listening(until)?;
+        let p = self.ports.clone();
+        loop {
+            let out = self.shell(&self.bin.clone(), &p, "s3.bucket.list\n")?;
+            if out.contains(&format!("{BUCKET}\tsize:")) {
+                return Ok(());
+            }
+            self.check(until, &format!("weed shell: {}", out.trim()))?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// What the server has logged (all its runs).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default()
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.s3_port)
+        format!("http://127.0.0.1:{}", self.ports[6])
     }
 
     /// The store URL (`dcache format --data`) for `prefix` in [`BUCKET`].
@@ -265,23 +313,26 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        // SIGTERM first (weed then closes its volumes), SIGKILL if it has
-        // not gone within 5 s.
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: kill(2) on our own child, which is not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(5);
-        while !matches!(self.child.try_wait(), Ok(Some(_))) {
-            if Instant::now() > until {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
+        if let Some(child) = &mut self.child {
+            // SIGTERM first (weed then closes its volumes), SIGKILL if it
+            // has not gone within 5 s.
+            let pid = child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child, which is not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let until = Instant::now() + Duration::from_secs(5);
+            while !matches!(child.try_wait(), Ok(Some(_))) {
+                if Instant::now() > until {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         // `weed server` puts a socket per service at a fixed place in /tmp
         // (named by its gRPC port) and leaves it there.
-        for (name, port) in ["master", "volume", "filer", "s3"].iter().zip(self.grpc) {
+        let grpc = [self.ports[1], self.ports[3], self.ports[5], self.ports[7]];
+        for (name, port) in ["master", "volume", "filer", "s3"].iter().zip(grpc) {
             let _ = std::fs::remove_file(format!("/tmp/seaweedfs-{name}-grpc-{port}.sock"));
         }
     }

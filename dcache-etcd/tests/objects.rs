@@ -424,3 +424,70 @@ fn a_chunk_in_too_many_pieces_is_compacted() {
     assert_eq!(store.objects().len(), 2);
     f.close().unwrap();
 }
+
+/// The S3 server killed and started again: while it is down, writes below
+/// the buffer bound succeed, `fsync` and a cold read fail with EIO within
+/// seconds (not hang); the bytes stay buffered, and once the server is
+/// back the same `fsync` commits them and the other client reads every
+/// byte.
+#[test]
+fn a_store_that_goes_down_fails_fsync_with_eio_and_loses_nothing_on_s3() {
+    const T: &str = "a_store_that_goes_down_fails_fsync_with_eio_and_loses_nothing_on_s3";
+    if !etcd_available(T) {
+        return;
+    }
+    let Some(mut store) = TestStore::new(Store::S3, T) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/down", &store);
+    let (fa, a) = client(&spec, opts());
+    let (_fb, b) = client(&spec, opts());
+    let data = pattern(5, 0, 12 * MIB as usize);
+    let f = a
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    for (k, piece) in data[..8 * MIB as usize].chunks(MIB as usize).enumerate() {
+        f.write(k as u64 * MIB, piece).unwrap();
+    }
+    fa.fsync(f.ino(), f.fh(), false).unwrap();
+
+    store.server().kill();
+    for (k, piece) in data[8 * MIB as usize..].chunks(MIB as usize).enumerate() {
+        f.write((8 + k as u64) * MIB, piece).unwrap();
+    }
+    let t = Instant::now();
+    assert_eq!(fa.fsync(f.ino(), f.fh(), false), Err(Errno::EIO));
+    let failed = t.elapsed();
+    assert!(failed < Duration::from_secs(30), "fsync took {failed:?}");
+    let g = b.as_root().open(At::Root, "/f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; MIB as usize];
+    let t = Instant::now();
+    assert_eq!(g.read(0, &mut buf), Err(Errno::EIO));
+    let read_failed = t.elapsed();
+    assert!(
+        read_failed < Duration::from_secs(30),
+        "read took {read_failed:?}"
+    );
+    // The writer still shows its buffered size.
+    assert_eq!(a.as_root().stat(At::Root, "/f").unwrap().size, 12 * MIB);
+
+    let t = Instant::now();
+    store.server().restart().expect("restart SeaweedFS");
+    let back = t.elapsed();
+    // SeaweedFS answers on its S3 port well before it can store again
+    // (its master resumes its raft state first): this fsync's upload
+    // waits, and its commit still gets its full timeout after it.
+    let t = Instant::now();
+    fa.fsync(f.ino(), f.fh(), false).unwrap();
+    let synced = t.elapsed();
+    f.close().unwrap();
+    assert!(read_all(&g, 12 * MIB) == data, "the other client differs");
+    g.close().unwrap();
+    println!(
+        "store down: fsync EIO in {failed:.1?}, cold read EIO in {read_failed:.1?}; \
+         server restarted in {back:.1?}, the buffered 4 MiB committed by the next \
+         fsync in {synced:.1?}"
+    );
+}

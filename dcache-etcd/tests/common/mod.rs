@@ -305,7 +305,7 @@ pub struct TestStore {
     store: Arc<dyn ObjectStore>,
     rt: tokio::runtime::Runtime,
     dir: Option<tempfile::TempDir>,
-    _s3: Option<seaweedfs::S3Server>,
+    s3: Option<seaweedfs::S3Server>,
 }
 
 impl TestStore {
@@ -338,7 +338,7 @@ impl TestStore {
             store,
             rt: rt(),
             dir,
-            _s3: s3,
+            s3,
         })
     }
 
@@ -350,6 +350,11 @@ impl TestStore {
     /// Run `f` on the store's runtime.
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
+    }
+
+    /// The SeaweedFS server (a `Store::S3` store only).
+    pub fn server(&mut self) -> &mut seaweedfs::S3Server {
+        self.s3.as_mut().expect("an S3 store")
     }
 
     /// The local directory (a `Store::Local` store only).
