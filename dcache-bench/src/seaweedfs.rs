@@ -104,6 +104,11 @@ fn spawn(bin: &Path, dir: &Path, p: &[u16]) -> Result<Child, String> {
     let arg = |k: &str, v: &dyn std::fmt::Display| format!("-{k}={v}");
     Command::new(bin)
         .current_dir(dir)
+        // weed makes an admin identity of these when it finds them: the
+        // identities are the config file's only.
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
         // Global flags: logs to stderr (the log file), not /tmp.
         .args(["-logtostderr=true", "server"])
         .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
