@@ -83,6 +83,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 chmod 0666 /dev/fuse
 mkdir "$scratch/home" "$scratch/tmp"
+# The S3 server etcd_mounts starts (DCACHE_WEED, from scripts/seaweedfs.sh):
+# a copy the user can run, since root's cache is not theirs to read.
+if [ -n "${DCACHE_WEED:-}" ] && [ -x "$DCACHE_WEED" ]; then
+    cp "$DCACHE_WEED" "$scratch/weed"
+    export DCACHE_WEED="$scratch/weed"
+fi
 chown -R "$user:$user" "$scratch"
 
 # Everything the binaries read must be reachable by the user: the test

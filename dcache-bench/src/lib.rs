@@ -22,6 +22,7 @@ pub mod plan;
 pub mod plot;
 mod progress;
 pub mod report;
+pub mod seaweedfs;
 pub mod worker;
 pub mod workload;
 pub mod workloads;

@@ -11,14 +11,17 @@
 //!
 //! Why a named object is never deleted: an object is named only by the
 //! list of the one chunk it was written for, and only after it was
-//! uploaded. A client commits within [`Options::timeout`] of uploading
-//! (each attempt checks the deadline, and a client frozen past its lease
-//! finds the lease gone and gives up), so an object whose upload is older
-//! than `min_age` (keep it well over the clients' timeout plus their
-//! lease TTL; the default is an hour) has either been named before the
-//! store was listed, and so is seen by the reads that follow, or never
-//! will be. When a list drops it, the same transaction puts it in a
-//! garbage record, which the reads see if the list no longer does.
+//! uploaded. A client commits within [`Options::timeout`] of its
+//! upload's end (each attempt checks the deadline, and a client frozen
+//! past its lease finds the lease gone and gives up), so an object whose
+//! upload is older than `min_age` (keep it well over the clients' timeout
+//! plus their lease TTL, plus the time an upload may take: at most a
+//! minute, and an S3 server may date an object from the start of its
+//! upload; the default is an hour)
+//! has either been named before the store was listed, and so is seen by
+//! the reads that follow, or never will be. When a list drops it, the
+//! same transaction puts it in a garbage record, which the reads see if
+//! the list no longer does.
 //!
 //! [`Options::timeout`]: crate::Options::timeout
 
@@ -120,6 +123,7 @@ async fn gc_on(spec: &Spec, opts: &GcOptions) -> Result<GcReport, Error> {
     // The store first: what is old enough now was named before the reads
     // below, if it ever will be.
     let cutoff = slices::now_ms().saturating_sub(opts.min_age.as_millis() as u64);
+    let slack = if opts.min_age.is_zero() { 0 } else { 1000 };
     let prefix = Path::from(slices::objects_prefix(&rec.uuid));
     let mut candidates = Vec::new();
     let mut listing = store.list(Some(&prefix));
@@ -130,7 +134,12 @@ async fn gc_on(spec: &Spec, opts: &GcOptions) -> Result<GcReport, Error> {
         };
         report.objects += 1;
         report.bytes += meta.size;
-        if meta.last_modified.timestamp_millis().max(0) as u64 > cutoff {
+        // S3 servers date an object to the second, rounded down
+        // (SeaweedFS, and S3's own Last-Modified): a second is added so
+        // that an object never looks older than it is (unless min_age is
+        // zero: then age does not count).
+        let stamp = (meta.last_modified.timestamp_millis().max(0) as u64).saturating_add(slack);
+        if stamp > cutoff {
             report.young += 1;
         } else {
             candidates.push((id, meta.location, meta.size));

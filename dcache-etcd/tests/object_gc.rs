@@ -1,16 +1,17 @@
 //! Garbage of an object-store volume: a writer killed mid-write leaves its
 //! last committed state and orphan objects that `gc` removes; objects
 //! overwritten, truncated away or unlinked are deleted after the grace
-//! period, not before.
+//! period, not before. Each test runs on a local directory store and
+//! (`_on_s3`) on the S3 gateway of a SeaweedFS server it starts.
 
 mod common;
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use common::{
-    client, etcd_available, eventually, keys_under, object_volume, stored_objects, Cluster,
+    client, etcd_available, eventually, keys_under, object_volume, Cluster, Store, TestStore,
 };
 use dcache::{At, FileSystem, SetAttr};
 use dcache_etcd::{GcOptions, Options};
@@ -54,12 +55,29 @@ fn child_writer_waiting_to_be_killed() {
 
 #[test]
 fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans() {
-    const T: &str = "a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans";
-    if !etcd_available(T) {
+    killed_writer(
+        Store::Local,
+        "a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans",
+    );
+}
+
+#[test]
+fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans_on_s3() {
+    killed_writer(
+        Store::S3,
+        "a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans_on_s3",
+    );
+}
+
+fn killed_writer(kind: Store, t: &str) {
+    if !etcd_available(t) {
         return;
     }
+    let Some(store) = TestStore::new(kind, t) else {
+        return;
+    };
     let etcd = Cluster::start(1);
-    let (spec, store) = object_volume(&etcd, "/killed");
+    let spec = object_volume(&etcd, "/killed", &store);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -92,9 +110,14 @@ fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     etcd.signal(0, "CONT");
-    let killed = Instant::now();
-
+    // An orphan planted now is old enough for gc by the time it runs
+    // (the store's clock dates it: a server's time, not one set here).
     let (_fs, v) = client(&spec, Options::default());
+    let uuid = _fs.volume().record.uuid.clone();
+    let old = dcache_etcd::slices::object_path(&uuid, 0xfff_fabc);
+    store.put(&old, b"orphan");
+    let planted = Instant::now();
+
     let size = v.as_root().stat(At::Root, "/big").unwrap().size;
     assert!(
         size >= synced && size <= 1 << 30,
@@ -113,38 +136,28 @@ fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans() {
     assert_eq!(f.read(size, &mut buf).unwrap(), 0);
     f.close().unwrap();
 
-    // Plant two orphans: one uploaded two hours ago, one just now.
-    let uuid = _fs.volume().record.uuid.clone();
-    let plant = |id: u64, age: Duration| {
-        let p = store
-            .path()
-            .join(dcache_etcd::slices::object_path(&uuid, id));
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, b"orphan").unwrap();
-        let f = std::fs::File::options().write(true).open(&p).unwrap();
-        f.set_modified(SystemTime::now() - age).unwrap();
-        p
-    };
-    let old = plant(0xfff_fabc, Duration::from_secs(7200));
     // Past the writer's timeout and lease: nothing it uploaded can be
-    // committed any more.
+    // committed any more, and the planted orphan is older than min_age
+    // by more than the second gc adds to every date (S3 dates are whole
+    // seconds).
     let min_age = Duration::from_secs(5);
-    std::thread::sleep((min_age + Duration::from_millis(500)).saturating_sub(killed.elapsed()));
-    let young = plant(0xfff_fabd, Duration::ZERO);
+    std::thread::sleep((min_age + Duration::from_millis(1500)).saturating_sub(planted.elapsed()));
+    let young = dcache_etcd::slices::object_path(&uuid, 0xfff_fabd);
+    store.put(&young, b"orphan");
     let gc = |dry_run| dcache_etcd::gc(&spec, &GcOptions { min_age, dry_run }).unwrap();
     let dry = gc(true);
     // The planted one and the one the writer uploaded and never committed.
     assert!(dry.orphans >= 2 && dry.young == 1, "{dry:?}");
-    assert!(old.exists());
+    assert!(store.exists(&old));
     let done = gc(false);
     println!(
         "killed after {synced} bytes synced: size {size}; gc: {done:?} ({} left by the writer)",
         done.orphans - 1
     );
     assert_eq!(done.orphans, dry.orphans);
-    assert!(!old.exists(), "the old orphan was deleted");
-    assert!(young.exists(), "a young object is kept");
-    std::fs::remove_file(&young).unwrap();
+    assert!(!store.exists(&old), "the old orphan was deleted");
+    assert!(store.exists(&young), "a young object is kept");
+    store.delete(&young);
     let after = gc(true);
     assert_eq!(
         (after.orphans, after.young, after.pending),
@@ -152,25 +165,42 @@ fn a_killed_writer_leaves_its_last_commit_and_gc_removes_orphans() {
         "{after:?}"
     );
     assert_eq!(after.objects, after.named);
-    assert_eq!(stored_objects(store.path()).len() as u64, after.named);
+    assert_eq!(store.objects().len() as u64, after.named);
 }
 
 #[test]
 fn overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period() {
-    const T: &str = "overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period";
-    if !etcd_available(T) {
+    freed_after_grace(
+        Store::Local,
+        "overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period",
+    );
+}
+
+#[test]
+fn overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period_on_s3() {
+    freed_after_grace(
+        Store::S3,
+        "overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period_on_s3",
+    );
+}
+
+fn freed_after_grace(kind: Store, t: &str) {
+    if !etcd_available(t) {
         return;
     }
+    let Some(store) = TestStore::new(kind, t) else {
+        return;
+    };
     let etcd = Cluster::start(1);
     let ep = etcd.endpoint(0);
-    let (spec, store) = object_volume(&etcd, "/grace");
+    let spec = object_volume(&etcd, "/grace", &store);
     let grace = Duration::from_secs(2);
     let opts = Options {
         gc_grace: grace,
         ..Options::default()
     };
     let (fs, v) = client(&spec, opts);
-    let objects = || stored_objects(store.path()).len();
+    let objects = || store.objects().len();
     let settles = |n: usize| eventually(grace * 4, || objects() == n);
     let f = v
         .as_root()
@@ -236,4 +266,94 @@ fn overwritten_truncated_and_unlinked_data_is_freed_after_the_grace_period() {
     assert_eq!(g.close(), Ok(()));
     assert_eq!(keys_under(&ep, "/grace/a/g/").len(), 1);
     settles(0).expect("the dropped object deleted");
+}
+
+/// More objects than one listing page holds (S3 servers return 1,000 a
+/// page): `gc` counts and deletes every orphan, and `destroy` removes
+/// every object of the volume, leaving the store's other objects.
+#[test]
+fn gc_and_destroy_go_through_every_page_of_the_listing() {
+    many_objects(
+        Store::Local,
+        "gc_and_destroy_go_through_every_page_of_the_listing",
+    );
+}
+
+#[test]
+fn gc_and_destroy_go_through_every_page_of_the_listing_on_s3() {
+    many_objects(
+        Store::S3,
+        "gc_and_destroy_go_through_every_page_of_the_listing_on_s3",
+    );
+}
+
+fn many_objects(kind: Store, t: &str) {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    if !etcd_available(t) {
+        return;
+    }
+    let Some(store) = TestStore::new(kind, t) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/pages", &store);
+    let (fs, v) = client(&spec, Options::default());
+    let uuid = fs.volume().record.uuid.clone();
+    let f = v
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    f.write(0, b"named").unwrap();
+    f.close().unwrap();
+    drop(v);
+    drop(fs);
+    // 2,500 orphans, and one object outside the volume.
+    let n = 2_500u64;
+    let s = store.client();
+    store.block_on(async {
+        stream::iter((1..=n).map(|i| {
+            let s = s.clone();
+            let p = dcache_etcd::slices::object_path(&uuid, 0xa000_0000 + i);
+            async move {
+                s.put(&p.into(), bytes::Bytes::from_static(b"o").into())
+                    .await
+            }
+        }))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("plant");
+    });
+    store.put("elsewhere/x", b"not the volume's");
+    let opts = |dry_run| GcOptions {
+        min_age: Duration::ZERO,
+        dry_run,
+    };
+    let dry = dcache_etcd::gc(&spec, &opts(true)).unwrap();
+    assert_eq!(
+        (dry.objects, dry.named, dry.orphans),
+        (n + 1, 1, n),
+        "{dry:?}"
+    );
+    let done = dcache_etcd::gc(&spec, &opts(false)).unwrap();
+    assert_eq!(done.orphans, n, "{done:?}");
+    assert_eq!(store.objects().len(), 1);
+    // Orphans again, then the volume destroyed with them.
+    store.block_on(async {
+        stream::iter((1..=n).map(|i| {
+            let s = s.clone();
+            let p = dcache_etcd::slices::object_path(&uuid, 0xb000_0000 + i);
+            async move {
+                s.put(&p.into(), bytes::Bytes::from_static(b"o").into())
+                    .await
+            }
+        }))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("plant");
+    });
+    dcache_etcd::destroy(&spec).unwrap();
+    let left: Vec<String> = store.list().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(left, ["elsewhere/x"]);
 }

@@ -186,12 +186,14 @@ fn a_volume_with_an_object_store() {
     assert!(e.message.contains("never part of the URL"), "{e}");
     assert_eq!(keys_under(&ep, "/objs/"), 0, "nothing written");
 
-    let (spec, dir) = common::object_volume(&etcd, "/objs");
+    let store = common::TestStore::new(common::Store::Local, "").expect("a local store");
+    let spec = common::object_volume(&etcd, "/objs", &store);
+    let dir = store.path();
     let (fs, vfs) = client(&spec, Options::default());
     let rec = &fs.volume().record;
     assert_eq!(rec.format, 2);
     assert_eq!(rec.chunk, 64 << 20);
-    let url = format!("file://{}", dir.path().display());
+    let url = format!("file://{}", dir.display());
     assert_eq!(rec.store, dcache_etcd::DataStore::Objects(url.clone()));
     let f = vfs
         .as_root()
@@ -199,17 +201,17 @@ fn a_volume_with_an_object_store() {
         .unwrap();
     f.write(0, b"in the store").unwrap();
     f.close().unwrap();
-    assert_eq!(common::stored_objects(dir.path()).len(), 1);
+    assert_eq!(store.objects().len(), 1);
     drop(vfs);
     drop(fs);
     // A host where the directory is missing.
-    let moved = dir.path().with_extension("moved");
-    std::fs::rename(dir.path(), &moved).unwrap();
+    let moved = dir.with_extension("moved");
+    std::fs::rename(dir, &moved).unwrap();
     let e = EtcdFs::connect(&spec).err().expect("refused");
     assert_eq!(e.errno, Errno::ENOENT);
-    assert!(e.message.contains(&dir.path().display().to_string()), "{e}");
-    std::fs::rename(&moved, dir.path()).unwrap();
+    assert!(e.message.contains(&dir.display().to_string()), "{e}");
+    std::fs::rename(&moved, dir).unwrap();
     dcache_etcd::destroy(&spec).unwrap();
     assert_eq!(keys_under(&ep, "/objs/"), 0);
-    assert!(common::stored_objects(dir.path()).is_empty());
+    assert!(store.objects().is_empty());
 }

@@ -241,6 +241,12 @@ impl Inner {
             lists.push((*idx, list));
         }
         self.upload(uploads).await?;
+        // The commits get a deadline of their own from here: one counted
+        // from before the upload would fail every flush whose upload
+        // takes longer than `timeout` (a slow link, a store still warming
+        // up after a restart), again at each retry. `gc` allows for it
+        // (its `min_age` covers an upload's time and then the timeout).
+        let dl = self.deadline();
         for (g, group) in lists.chunks(GROUP).enumerate() {
             let end = group
                 .iter()
@@ -331,6 +337,7 @@ impl Inner {
     ) -> Result<()> {
         let ikey = self.keys.inode(ino);
         let mut attempt = 0;
+        let mut dl = dl;
         loop {
             let mut reads = vec![get(ikey.clone())];
             reads.extend(
@@ -351,6 +358,8 @@ impl Inner {
                 }
                 if list.len() > MAX_SLICES {
                     list = self.compact(dl, &list).await?;
+                    // As after any upload: the commit's time starts now.
+                    dl = self.deadline();
                 }
                 gone.extend(slices::dropped(&old, &list));
                 ops.push(put(self.keys.slices(ino, *idx), slices::encode(&list)));

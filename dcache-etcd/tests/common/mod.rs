@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use dcache::Vfs;
 use dcache_etcd::{EtcdFs, Options};
+use futures_util::StreamExt;
+use object_store::ObjectStore;
 
 pub struct Member {
     pub name: String,
@@ -280,44 +282,149 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// `spec(prefix)` formatted as a volume whose file data goes to a local
-/// directory store (`dcache format --data DIR`): the spec and the
-/// directory (deleted when dropped).
-pub fn object_volume(c: &Cluster, prefix: &str) -> (String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// SeaweedFS's S3 gateway, started the way dcache-bench's tests start it.
+#[path = "../../../dcache-bench/src/seaweedfs.rs"]
+pub mod seaweedfs;
+
+/// Where a test volume keeps its file data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// A local directory (`--data DIR`).
+    Local,
+    /// A bucket of a SeaweedFS server this test starts (`--data
+    /// s3://...`).
+    S3,
+}
+
+/// An object store for one test, seen both as the volume sees it (its
+/// URL) and as the test inspects it (an `object_store` client of its own
+/// on the same URL). Dropping it stops the server or deletes the
+/// directory.
+pub struct TestStore {
+    pub url: String,
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+    dir: Option<tempfile::TempDir>,
+    s3: Option<seaweedfs::S3Server>,
+}
+
+impl TestStore {
+    /// A fresh store of `kind`; `None` (after one SKIPPED line) when the
+    /// SeaweedFS binary is missing outside CI.
+    pub fn new(kind: Store, test: &str) -> Option<TestStore> {
+        let (url, dir, s3) = match kind {
+            Store::Local => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let url = dir.path().to_str().expect("utf-8 path").to_string();
+                (url, Some(dir), None)
+            }
+            Store::S3 => {
+                let bin = seaweedfs::weed_or_skip(test)?;
+                let t = Instant::now();
+                let s3 = seaweedfs::S3Server::start(&bin).unwrap_or_else(|e| panic!("{test}: {e}"));
+                println!(
+                    "{test}: SeaweedFS S3 gateway at {} up in {:.1?}",
+                    s3.endpoint(),
+                    t.elapsed()
+                );
+                (s3.url("volumes"), None, Some(s3))
+            }
+        };
+        let store = dcache_etcd::store::StoreUrl::parse(&url)
+            .and_then(|u| u.open(false))
+            .expect("open the test store");
+        Some(TestStore {
+            url,
+            store,
+            rt: rt(),
+            dir,
+            s3,
+        })
+    }
+
+    /// The test's own client of the store.
+    pub fn client(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
+    /// Run `f` on the store's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// The SeaweedFS server (a `Store::S3` store only).
+    pub fn server(&mut self) -> &mut seaweedfs::S3Server {
+        self.s3.as_mut().expect("an S3 store")
+    }
+
+    /// The local directory (a `Store::Local` store only).
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.as_ref().expect("a local store").path()
+    }
+
+    /// Every object in the store: (path, size).
+    pub fn list(&self) -> Vec<(String, u64)> {
+        self.rt.block_on(async {
+            self.store
+                .list(None)
+                .map(|m| {
+                    let m = m.expect("list the store");
+                    (m.location.to_string(), m.size)
+                })
+                .collect::<Vec<_>>()
+                .await
+        })
+    }
+
+    /// The slice ids of the objects the store holds
+    /// (`<uuid>/s/<xxx>/<id>`).
+    pub fn objects(&self) -> std::collections::BTreeSet<u64> {
+        self.list()
+            .into_iter()
+            .filter_map(|(p, _)| {
+                let uuid = p.split('/').next()?;
+                dcache_etcd::slices::parse_object_path(uuid, &p)
+            })
+            .collect()
+    }
+
+    /// The bytes of every object in the store.
+    pub fn bytes(&self) -> u64 {
+        self.list().iter().map(|(_, n)| n).sum()
+    }
+
+    pub fn put(&self, path: &str, data: &'static [u8]) {
+        let p = object_store::path::Path::from(path);
+        self.rt
+            .block_on(self.store.put(&p, bytes::Bytes::from_static(data).into()))
+            .expect("put");
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        let p = object_store::path::Path::from(path);
+        match self.rt.block_on(self.store.head(&p)) {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("head {path}: {e}"),
+        }
+    }
+
+    pub fn delete(&self, path: &str) {
+        let p = object_store::path::Path::from(path);
+        self.rt.block_on(self.store.delete(&p)).expect("delete");
+    }
+}
+
+/// `spec(prefix)` formatted as a volume whose file data goes to `store`
+/// (`dcache format --data URL`).
+pub fn object_volume(c: &Cluster, prefix: &str, store: &TestStore) -> String {
     let spec = c.spec(prefix);
     let opts = dcache_etcd::FormatOptions {
-        data: Some(dir.path().to_str().expect("utf-8 path").to_string()),
+        data: Some(store.url.clone()),
         ..Default::default()
     };
     dcache_etcd::format(&spec, &opts).expect("format --data");
-    (spec, dir)
-}
-
-/// The slice ids of the objects a local directory store holds, found by
-/// walking `DIR/<uuid>/s/<xxx>/<id>`.
-pub fn stored_objects(dir: &std::path::Path) -> std::collections::BTreeSet<u64> {
-    let mut ids = std::collections::BTreeSet::new();
-    let Ok(vols) = std::fs::read_dir(dir) else {
-        return ids;
-    };
-    for v in vols.flatten() {
-        let Ok(fans) = std::fs::read_dir(v.path().join("s")) else {
-            continue;
-        };
-        for f in fans.flatten() {
-            for o in std::fs::read_dir(f.path()).into_iter().flatten().flatten() {
-                let name = o.file_name();
-                let name = name.to_string_lossy();
-                if let Ok(id) = u64::from_str_radix(&name, 16) {
-                    if name.len() == 16 {
-                        ids.insert(id);
-                    }
-                }
-            }
-        }
-    }
-    ids
+    spec
 }
 
 /// etcd's database size (`dbSize` of the maintenance status) at `ep`.
