@@ -1,4 +1,4 @@
-//! A volume: the record `P/volume` that [`format`] writes before any client
+//! A volume: the record `P/volume` that [`format()`] writes before any client
 //! may use the prefix `P`, and that every client reads at connect.
 //!
 //! The record says what the namespace under `P` is: its UUID (16 bytes of
@@ -244,7 +244,7 @@ fn is_uuid(s: &str) -> bool {
         })
 }
 
-/// What [`format`] may do.
+/// What [`format()`] may do.
 #[derive(Clone, Debug, Default)]
 pub struct FormatOptions {
     /// Write the record over a namespace that a dcache-etcd from before
