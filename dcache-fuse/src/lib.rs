@@ -65,6 +65,7 @@ pub mod core;
 pub mod fs;
 #[cfg(not(loom))]
 pub mod handles;
+pub mod inval;
 pub mod lockbook;
 #[cfg(not(loom))]
 mod locks;
@@ -96,9 +97,10 @@ pub use backend::Backend;
 #[cfg(not(loom))]
 pub use core::{Entry, FuseCore};
 #[cfg(not(loom))]
-pub use fs::{DcacheFs, InvalBarrier, InvalSlot, KernelInval};
+pub use fs::DcacheFs;
 #[cfg(not(loom))]
 pub use handles::Fh;
+pub use inval::{InvalBarrier, InvalSlot, KernelInval};
 #[cfg(not(loom))]
 pub use nodes::{IdMap, NodeId};
 #[cfg(not(loom))]

@@ -27,7 +27,7 @@ use dcache::errno::{Errno, Result};
 use dcache::fs::lock::{FileLock, Flavor, LockOwner};
 use dcache::fs::{FileSystem, Ino};
 
-use crate::fs::{InvalBarrier, InvalSlot, KernelInval};
+use crate::inval::{InvalBarrier, InvalSlot, KernelInval};
 use crate::lockbook::WaitBook;
 use crate::sync::{Arc, Mutex};
 use crate::wire::abi::{self, LkIn};
