@@ -491,6 +491,10 @@ pub fn decode_u64(b: &[u8]) -> Result<u64> {
     Reader(b).u64()
 }
 
+/// A directory's size grows by this per entry, from two (`.` and `..`) in
+/// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
+pub(crate) const DIRENT: u64 = 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,3 +245,29 @@ pub(crate) async fn delete_all(
         }
     }
 }
+
+/// Delete every key under the prefix of `spec`, volume record included,
+/// and, for a volume whose data is in an object store, every object of
+/// it: the volume and all its data are gone. Returns how many keys were
+/// deleted. (For scratch volumes, such as `dcache bench`'s.)
+pub fn destroy(spec: &str) -> Result<i64, Error> {
+    let spec = parse_spec(spec).map_err(|e| Error::new(e, format!("bad etcd spec {spec:?}")))?;
+    let keys = Keys::new(&spec.prefix);
+    let limit = Duration::from_secs(10);
+    block(&spec, Duration::from_secs(3600), async {
+        let mut c = client_of(&spec, limit).await?;
+        // No record, or one this build cannot read: the keys go all the
+        // same.
+        if let Ok(Some((rec, store))) = volume_store(&spec, &mut c).await {
+            delete_all(&*store, &rec.uuid).await?;
+        }
+        let r = c
+            .delete(
+                keys.all(),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(|e| unreachable(&spec, e))?;
+        Ok(r.deleted())
+    })
+}

@@ -36,6 +36,7 @@
 
 mod cache;
 pub mod codec;
+mod error;
 mod fs;
 pub mod gc;
 pub mod locks;
@@ -48,7 +49,9 @@ pub mod volume;
 pub mod xattr;
 
 pub use cache::CacheStats;
+pub use error::Error;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
+pub use gc::destroy;
 pub use gc::{gc, GcOptions, GcReport};
 pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};
-pub use volume::{destroy, format, DataStore, Error, FormatOptions, Volume, VolumeRecord};
+pub use volume::{format, DataStore, FormatOptions, Volume, VolumeRecord};

@@ -26,7 +26,7 @@ use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{ClientOptions, ObjectStore};
 
-use crate::volume::Error;
+use crate::error::Error;
 
 /// A parsed store URL.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,39 +30,7 @@ pub const FORMAT_INLINE: u32 = 1;
 /// The first line of every record.
 const MAGIC: &str = "dcache-volume 1";
 
-/// An error with what to do about it: the errno a caller maps it to, and
-/// one line for a person (naming the prefix, the command to run).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
-    pub errno: Errno,
-    pub message: String,
-}
-
-impl Error {
-    pub fn new(errno: Errno, message: impl Into<String>) -> Error {
-        Error {
-            errno,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<Error> for Errno {
-    fn from(e: Error) -> Errno {
-        e.errno
-    }
-}
-
-/// `ENOMEDIUM`: what connecting to a prefix that holds no volume returns.
-pub const ENOMEDIUM: Errno = Errno(libc::ENOMEDIUM);
+pub use crate::error::{Error, ENOMEDIUM};
 
 /// Where a volume keeps file data.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -411,7 +379,7 @@ async fn format_on(spec: &Spec, opts: &FormatOptions, limit: Duration) -> Result
             let me = dcache::fs::Ctx::current();
             let mut r = Rec::new(FileType::Directory, 0o755, me.uid, me.gid);
             r.nlink = 2;
-            r.size = 2 * crate::fs::DIRENT;
+            r.size = 2 * crate::codec::DIRENT;
             cmps.push(Compare::version(root.clone(), CompareOp::Equal, 0));
             ops.push(TxnOp::put(root, r.encode(), None));
             ops.push(TxnOp::put(
@@ -461,29 +429,6 @@ async fn probe_store(store: &dyn object_store::ObjectStore, url: &str) -> Result
         .map_err(fail)?;
     store.delete(&p).await.map_err(fail)?;
     Ok(())
-}
-
-/// Delete every key under the prefix of `spec`, volume record included,
-/// and, for a volume whose data is in an object store, every object of
-/// it: the volume and all its data are gone. Returns how many keys were
-/// deleted. (For scratch volumes, such as `dcache bench`'s.)
-pub fn destroy(spec: &str) -> Result<i64, Error> {
-    let spec = parse_spec(spec).map_err(|e| Error::new(e, format!("bad etcd spec {spec:?}")))?;
-    let keys = Keys::new(&spec.prefix);
-    let limit = Duration::from_secs(10);
-    block(&spec, Duration::from_secs(3600), async {
-        let mut c = client_of(&spec, limit).await?;
-        // No record, or one this build cannot read: the keys go all the
-        // same.
-        if let Ok(Some((rec, store))) = crate::gc::volume_store(&spec, &mut c).await {
-            crate::gc::delete_all(&*store, &rec.uuid).await?;
-        }
-        let r = c
-            .delete(keys.all(), Some(DeleteOptions::new().with_prefix()))
-            .await
-            .map_err(|e| unreachable(&spec, e))?;
-        Ok(r.deleted())
-    })
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ use etcd_client::{Client, GetOptions};
 use tokio::runtime::Runtime;
 
 use crate::cache::{Cache, CacheStats};
-use crate::codec::{Keys, ROOT_INO};
+use crate::codec::{Keys, DIRENT, ROOT_INO};
 use crate::spec::Options;
 use crate::volume::Volume;
 use client::{check_name, get};
@@ -57,9 +57,6 @@ const INO_BATCH: u64 = 64;
 /// etcd's default backend quota (`--quota-backend-bytes`), reported by
 /// statfs.
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
-/// A directory's size grows by this per entry, from two (`.` and `..`) in
-/// an empty one, as on tmpfs (its `BOGO_DIRENT_SIZE`).
-pub(crate) const DIRENT: u64 = 20;
 
 /// A namespace held in etcd, served to a [`dcache::Vfs`].
 pub struct EtcdFs {

@@ -19,7 +19,6 @@ use object_store::path::Path;
 
 use super::buffer::Objects;
 use super::client::{absent, get, put, rec_of, same, Outcome};
-use super::objread::list_of;
 use super::Inner;
 use crate::codec::{decode_u64, Rec};
 use crate::slices::{self, Garbage, Slice, BLOCK, MAX_FILE_OBJECTS, MAX_SLICES, SLICE_CHUNK};
@@ -383,5 +382,13 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+/// A chunk's list as a get returned it (empty when absent), resolved.
+fn list_of(r: &etcd_client::GetResponse) -> Result<Vec<Slice>> {
+    match r.kvs().first() {
+        Some(kv) => Ok(slices::flatten(&slices::decode(kv.value())?)),
+        None => Ok(Vec::new()),
     }
 }

@@ -16,7 +16,7 @@ use super::client::{delete, get, put, rec_of, same, Outcome};
 use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
 use super::Inner;
 use crate::codec::prefix_end;
-use crate::slices::{self, Slice, SLICE_CHUNK};
+use crate::slices::{self, SLICE_CHUNK};
 
 impl Inner {
     /// The get of `ino`'s lists for chunks `first..=last`.
@@ -280,13 +280,5 @@ impl Inner {
         } else {
             Ok(cur.min(rec.size))
         }
-    }
-}
-
-/// A chunk's list as a get returned it (empty when absent), resolved.
-pub(super) fn list_of(r: &GetResponse) -> Result<Vec<Slice>> {
-    match r.kvs().first() {
-        Some(kv) => Ok(slices::flatten(&slices::decode(kv.value())?)),
-        None => Ok(Vec::new()),
     }
 }
