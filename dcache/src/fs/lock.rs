@@ -435,6 +435,49 @@ impl UnlockWakers {
     }
 }
 
+/// The [`FileSystem`](crate::fs::FileSystem) lock methods of a backend
+/// whose locks live in a [`LocalLocks`] field `$field` (memfs,
+/// passthrough): written inside its `impl FileSystem` block.
+macro_rules! local_lock_methods {
+    ($field:ident) => {
+        fn lock_scope(&self) -> crate::fs::LockScope {
+            crate::fs::LockScope::Local
+        }
+
+        fn getlk(
+            &self,
+            ino: crate::fs::Ino,
+            owner: &crate::fs::LockOwner,
+            lock: &crate::fs::FileLock,
+        ) -> crate::errno::Result<Option<crate::fs::FileLock>> {
+            self.$field.getlk(ino, owner, lock)
+        }
+
+        fn setlk(
+            &self,
+            ino: crate::fs::Ino,
+            owner: &crate::fs::LockOwner,
+            lock: &crate::fs::FileLock,
+        ) -> crate::errno::Result<()> {
+            self.$field.setlk(ino, owner, lock)
+        }
+
+        fn release_locks(
+            &self,
+            ino: crate::fs::Ino,
+            what: crate::fs::LockRelease,
+        ) -> crate::errno::Result<()> {
+            self.$field.release(ino, what);
+            Ok(())
+        }
+
+        fn wake_on_unlock(&self, ino: crate::fs::Ino, wake: crate::fs::UnlockWake) {
+            self.$field.wake_on_unlock(ino, wake)
+        }
+    };
+}
+pub(crate) use local_lock_methods;
+
 /// The locks of a local backend: one table per process, which is what
 /// every client of a memfs, kernfs or passthrough `Vfs` shares.
 #[derive(Debug, Default)]

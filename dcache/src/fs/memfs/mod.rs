@@ -470,34 +470,5 @@ impl FileSystem for MemFs {
     // File locks: one in-process table, shared by every client of this
     // backend (`lock::LocalLocks`).
 
-    fn lock_scope(&self) -> crate::fs::LockScope {
-        crate::fs::LockScope::Local
-    }
-
-    fn getlk(
-        &self,
-        ino: Ino,
-        owner: &crate::fs::LockOwner,
-        lock: &crate::fs::FileLock,
-    ) -> Result<Option<crate::fs::FileLock>> {
-        self.locks.getlk(ino, owner, lock)
-    }
-
-    fn setlk(
-        &self,
-        ino: Ino,
-        owner: &crate::fs::LockOwner,
-        lock: &crate::fs::FileLock,
-    ) -> Result<()> {
-        self.locks.setlk(ino, owner, lock)
-    }
-
-    fn release_locks(&self, ino: Ino, what: crate::fs::LockRelease) -> Result<()> {
-        self.locks.release(ino, what);
-        Ok(())
-    }
-
-    fn wake_on_unlock(&self, ino: Ino, wake: crate::fs::UnlockWake) {
-        self.locks.wake_on_unlock(ino, wake)
-    }
+    crate::fs::lock::local_lock_methods!(locks);
 }
