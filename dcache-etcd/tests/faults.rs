@@ -314,3 +314,32 @@ fn a_watch_behind_a_compaction_resynchronises() {
     );
     assert!(resyncs + restarts >= 1, "B's watch never came back");
 }
+
+/// A client whose spec lists a member that is down (here: a port nothing
+/// listens on, listed first) connects and works without waiting on it:
+/// connect takes the members that did not answer out of the balancer
+/// before its first request (CI once saw a fresh client's connect spend
+/// its whole deadline on a killed leader).
+#[test]
+fn a_spec_listing_a_dead_member_connects_and_works() {
+    if !etcd_available("a_spec_listing_a_dead_member_connects_and_works") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/deadlisted");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let listed = format!("http://127.0.0.1:{port},{spec}");
+    for round in 0..5 {
+        let start = Instant::now();
+        let (_fs, v) = client(&listed, opts());
+        for i in 0..10 {
+            v.as_root()
+                .mkdir(At::Root, format!("/r{round}d{i}"), 0o755)
+                .unwrap();
+        }
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(3), "round {round}: {took:?}");
+    }
+}

@@ -200,14 +200,14 @@ impl Inner {
     /// answer out of the client's balancer, so requests stop being sent
     /// there; put them back when they answer again. At least one endpoint
     /// always stays in.
-    pub(super) async fn health_loop(self: Arc<Inner>, endpoints: Vec<String>) {
+    /// `out`: the endpoints connect already took out of the balancer.
+    pub(super) async fn health_loop(self: Arc<Inner>, endpoints: Vec<String>, mut out: Vec<bool>) {
         if endpoints.len() < 2 {
             return;
         }
         let probe_every = Duration::from_millis(250);
         let probe_limit = Duration::from_millis(400);
         let mut probes: Vec<Option<Client>> = vec![None; endpoints.len()];
-        let mut out = vec![false; endpoints.len()];
         loop {
             tokio::time::sleep(probe_every).await;
             for (i, ep) in endpoints.iter().enumerate() {

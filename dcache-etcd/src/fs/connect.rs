@@ -75,6 +75,20 @@ impl EtcdFs {
         let client_id = format!("{:016x}-{}", nanos, std::process::id());
         let lim = opts.timeout.min(Duration::from_secs(2));
         let (cluster_id, versions) = run_on(&rt, member_status(spec.endpoints.clone(), lim));
+        // Members that did not answer go out of the balancer before the
+        // first request (the health loop brings them back when they
+        // answer): a request the balancer sent to a dead member would
+        // wait for its connection to fail, and a connect listing one dead
+        // member of three could spend its whole deadline on that.
+        let mut out = vec![false; spec.endpoints.len()];
+        if versions.iter().any(Option::is_some) && spec.endpoints.len() > 1 {
+            for (i, v) in versions.iter().enumerate() {
+                let ep = spec.endpoints[i].clone();
+                if v.is_none() && run_on(&rt, client.remove_endpoint(ep)).is_ok() {
+                    out[i] = true;
+                }
+            }
+        }
         let progress_trusted = versions
             .iter()
             .all(|v| v.as_deref().is_some_and(progress_ordered));
@@ -131,7 +145,7 @@ impl EtcdFs {
         rt.spawn(inner.clone().watch_loop());
         rt.spawn(inner.clone().fence_loop());
         rt.spawn(inner.clone().lease_loop());
-        rt.spawn(inner.clone().health_loop(spec.endpoints.clone()));
+        rt.spawn(inner.clone().health_loop(spec.endpoints.clone(), out));
         if inner.objects.get().is_some() {
             rt.spawn(inner.clone().collect_loop());
         }
