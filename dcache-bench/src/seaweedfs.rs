@@ -167,7 +167,23 @@ impl S3Server {
     /// process's environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`):
     /// every server a test starts has the same identity, so tests running
     /// side by side set the same values.
+    ///
+    /// The ports are found free, then freed for `weed` to take: another
+    /// process (a test beside this one) may take one first. A start that
+    /// fails on a port already in use is tried again on new ports (at
+    /// most three times).
     pub fn start(bin: &Path) -> Result<S3Server, String> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match S3Server::start_once(bin) {
+                Err(e) if tries < 3 && e.contains("address already in use") => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(bin: &Path) -> Result<S3Server, String> {
         std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY);
         std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
         std::env::remove_var("AWS_SESSION_TOKEN");
