@@ -522,6 +522,13 @@ impl FuseCore {
         self.vfs.backend().flush(f.ino(), f.fh())
     }
 
+    /// Whether closes of `fh` must reach [`flush`](Self::flush)
+    /// (`FileSystem::flush_needed`; `true` for a handle not of this mount).
+    pub fn flush_needed(&self, fh: Fh) -> bool {
+        self.file(fh)
+            .map_or(true, |f| self.vfs.backend().flush_needed(f.ino(), f.fh()))
+    }
+
     /// FSYNC (`fdatasync` when `datasync`).
     pub fn fsync(&self, fh: Fh, datasync: bool) -> Result<()> {
         let f = self.file(fh)?;

@@ -96,6 +96,9 @@ pub struct DcacheFs {
     no_opendir: bool,
     /// FLUSH does nothing here: answered ENOSYS, so the kernel stops.
     no_flush: bool,
+    /// Files whose flush does nothing are opened with FOPEN_NOFLUSH (no
+    /// locks to drop at close, no writeback cache to flush).
+    noflush_files: bool,
     /// Notifications sent from handlers (attributes only), once connected.
     notifier: OnceLock<Notifier>,
     /// The backend keeps this mount's locks (FUSE_POSIX_LOCKS and
@@ -161,6 +164,7 @@ impl DcacheFs {
             backing: backing::Backing::new(cfg.log),
             no_opendir: false,
             no_flush: false,
+            noflush_files: false,
             notifier: OnceLock::new(),
             locks: None,
         }
@@ -399,15 +403,19 @@ impl DcacheFs {
             .notifier
             .get()
             .and_then(|n| self.backing.open(n.dev(), &self.core, fh));
+        let mut open_flags = self.open_flags();
+        if self.noflush_files && !self.core.flush_needed(fh) {
+            open_flags |= abi::FOPEN_NOFLUSH;
+        }
         match id {
             Some(id) => abi::OpenOut {
                 fh: fh.raw(),
-                open_flags: self.open_flags() | abi::FOPEN_PASSTHROUGH,
+                open_flags: open_flags | abi::FOPEN_PASSTHROUGH,
                 backing_id: id,
             },
             None => abi::OpenOut {
                 fh: fh.raw(),
-                open_flags: self.open_flags(),
+                open_flags,
                 backing_id: 0,
             },
         }
@@ -529,6 +537,11 @@ impl Handler for DcacheFs {
         let got = want & offered;
         let locks_on = got & (init::POSIX_LOCKS | init::FLOCK_LOCKS) != 0;
         self.no_flush = !backend.flush_on_close() && !locks_on;
+        // Per file where the backend knows (a passthrough file on tmpfs or
+        // ext4 has nothing to flush, one on NFS has): not with locks, whose
+        // FLUSH carries the closer's lock owner, nor with the writeback
+        // cache, where the kernel ignores the flag.
+        self.noflush_files = !self.no_flush && !locks_on && got & init::WRITEBACK_CACHE == 0;
         if locks_on {
             // Other hosts write the files of a shared backend: a lock
             // taken drops the kernel's cached pages first, unless the

@@ -75,6 +75,9 @@ pub struct Stats {
     /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests that reached
     /// the daemon (those the kernel stops sending once told it need not).
     pub(crate) open_requests: Sharded,
+    /// FLUSH requests among those (none for files opened with
+    /// FOPEN_NOFLUSH).
+    pub(crate) flush_requests: Sharded,
 }
 
 /// A snapshot of [`Stats`]; printed at unmount.
@@ -94,6 +97,11 @@ impl Stats {
     /// OPEN, OPENDIR, FLUSH, RELEASE and RELEASEDIR requests so far.
     pub fn open_requests(&self) -> u64 {
         self.open_requests.load()
+    }
+
+    /// FLUSH requests so far.
+    pub fn flush_requests(&self) -> u64 {
+        self.flush_requests.load()
     }
 
     /// READ and WRITE requests answered so far.

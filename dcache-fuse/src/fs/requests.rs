@@ -204,6 +204,7 @@ impl DcacheFs {
             }
             Op::Flush(f) => {
                 self.stats.open_requests.add(1);
+                self.stats.flush_requests.add(1);
                 // ENOSYS: nothing to flush on this backend; the kernel
                 // stops sending FLUSH at every close.
                 if self.no_flush {

@@ -384,6 +384,12 @@ impl Mounted {
         self.pruner.stats.open_requests()
     }
 
+    /// FLUSH requests the daemon saw so far (none for files whose flush
+    /// does nothing: they are opened with FOPEN_NOFLUSH).
+    pub fn flush_requests(&self) -> u64 {
+        self.pruner.stats.flush_requests()
+    }
+
     /// Backing files registered with the kernel now (passthrough I/O).
     pub fn backing_files(&self) -> usize {
         self.session.as_ref().map_or(0, |s| s.fs.backing_files())

@@ -125,6 +125,9 @@ pub const OPEN_KILL_SUIDGID: u32 = 1 << 0;
 
 /// `fuse_open_out.open_flags`: bypass the page cache.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
+/// `fuse_open_out.open_flags`: no FLUSH at this file's closes (7.34;
+/// ignored under FUSE_WRITEBACK_CACHE, which flushes pages at close).
+pub const FOPEN_NOFLUSH: u32 = 1 << 5;
 /// `fuse_open_out.open_flags`: I/O goes to the backing file named by
 /// `backing_id`.
 pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;

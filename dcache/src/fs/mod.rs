@@ -487,6 +487,16 @@ pub trait FileSystem: Send + Sync + 'static {
         true
     }
 
+    /// Whether closing a descriptor of the open file `fh` (of `ino`) must
+    /// reach [`flush`](Self::flush): [`flush_on_close`](Self::flush_on_close)
+    /// unless the backend knows that this file's flush does nothing (a host
+    /// file on a filesystem whose close reads nothing of it). A FUSE
+    /// frontend tells the kernel so at open (FOPEN_NOFLUSH), which then
+    /// makes no FLUSH round trip at the file's closes.
+    fn flush_needed(&self, _ino: Ino, _fh: u64) -> bool {
+        self.flush_on_close()
+    }
+
     /// Whether reading and writing need the file opened for them: `true`
     /// (the default) where a handle carries state (a host descriptor, a
     /// generated snapshot, a record of the open); `false` where any handle

@@ -10,16 +10,25 @@ use std::sync::RwLock;
 
 use crate::errno::{Errno, Result};
 use crate::fs::Ino;
+
+use super::sys;
 use crate::sync::{Arc, AtomicU64, Ordering, RwLockExt};
 
 pub(crate) struct Handle {
     ino: Ino,
     fd: OwnedFd,
+    /// Whether closing the host file would reach its filesystem's flush
+    /// (`sys::close_flushes`), read once at open.
+    flushes: bool,
 }
 
 impl Handle {
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    pub(crate) fn flushes(&self) -> bool {
+        self.flushes
     }
 }
 
@@ -41,7 +50,8 @@ impl HandleTable {
         // Relaxed: only distinctness matters; the handle is published through
         // the map's lock.
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let h = Arc::new(Handle { ino, fd });
+        let flushes = sys::close_flushes(fd.as_fd());
+        let h = Arc::new(Handle { ino, fd, flushes });
         self.map.write_unpoisoned().insert(fh, h);
         fh
     }

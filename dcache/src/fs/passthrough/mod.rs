@@ -592,7 +592,14 @@ impl FileSystem for Passthrough {
 
     fn flush(&self, ino: Ino, fh: u64) -> Result<()> {
         let h = self.handles.get(ino, fh)?;
+        if !h.flushes() {
+            return Ok(());
+        }
         sys::flush(h.fd())
+    }
+
+    fn flush_needed(&self, ino: Ino, fh: u64) -> bool {
+        self.handles.get(ino, fh).map_or(true, |h| h.flushes())
     }
 
     fn fsync(&self, ino: Ino, fh: u64, datasync: bool) -> Result<()> {

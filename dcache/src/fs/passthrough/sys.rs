@@ -436,6 +436,33 @@ pub(crate) fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Result<()> {
     })
 }
 
+/// Whether close(2) of `fd` reaches its filesystem (Linux's `filp_close`
+/// calls `f_op->flush` where there is one: NFS, FUSE, CIFS, overlayfs,
+/// f2fs, ...). `false` only for filesystems known to have none (tmpfs,
+/// ramfs, ext2/3/4, xfs, btrfs, squashfs, erofs), whose close neither
+/// writes nor reports anything; `true` for every other, and when
+/// `fstatfs` fails.
+pub(crate) fn close_flushes(fd: BorrowedFd<'_>) -> bool {
+    const NO_FLUSH: [i64; 7] = [
+        0x0102_1994, // tmpfs
+        0x8584_58f6, // ramfs
+        0xef53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683e, // btrfs
+        0x7371_7368, // squashfs
+        0xe0f5_e1e2, // erofs
+    ];
+    // SAFETY: `statfs` is plain old data; all-zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-buffer and `fd` is live.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return true;
+    }
+    // f_type is a signed word on some targets; the magics are 32-bit.
+    let magic = i64::from(st.f_type as u32);
+    !NO_FLUSH.contains(&magic)
+}
+
 /// What close(2) of one duplicate would report (NFS-style flush-on-close),
 /// without closing the handle itself.
 pub(crate) fn flush(fd: BorrowedFd<'_>) -> Result<()> {
