@@ -104,6 +104,11 @@ impl EtcdServer {
         &self.url
     }
 
+    /// The process id of the member this started (`None` for a given URL).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// A spec for a prefix of this case's own, formatted as a volume;
     /// every key under it is deleted when this server is dropped (after
     /// the case's clients, which are declared before it).

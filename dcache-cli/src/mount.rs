@@ -21,12 +21,63 @@ pub const ETCD_FORM: &str = "etcd:http://HOST:PORT[,...]/prefix";
 /// before saying it cannot be reached.
 const ETCD_PROBE: Duration = Duration::from_secs(1);
 
+/// The `-o` options of an etcd backend, which set its client's
+/// [`dcache_etcd::Options`] (`-o help` lists them after the frontend's).
+pub const ETCD_HELP: &str = "\
+etcd_timeout=S          etcd: seconds an operation waits for a quorum before EIO (default 5)
+etcd_unreachable=S      etcd: EIO at once after no member answered for S seconds (default 0.5)
+etcd_staleness=S        etcd: seconds a cached answer may lag other hosts' changes (default 1)
+etcd_lease_ttl=S        etcd: seconds this host's session outlives it (default 10; at least 2)
+";
+
 /// What `dcache mount --help` shows after the arguments: the `-o` options.
 pub fn after_help() -> String {
     format!(
-        "Mount options (-o OPT[,OPT..]; -o help prints them alone):\n{}",
-        indent(options::HELP)
+        "Mount options (-o OPT[,OPT..]; -o help prints them alone):\n{}{}",
+        indent(options::HELP),
+        indent(ETCD_HELP)
     )
+}
+
+/// Take the `etcd_*` options out of `-o` arguments: the rest (for the
+/// FUSE frontend), and the etcd client's options with them applied
+/// (`None` when there were none).
+fn split_etcd_options(
+    args: &[String],
+) -> Result<(Vec<String>, Option<dcache_etcd::Options>), String> {
+    let mut rest = Vec::new();
+    let mut etcd: Option<dcache_etcd::Options> = None;
+    for one in args
+        .iter()
+        .flat_map(|a| a.split(','))
+        .filter(|s| !s.is_empty())
+    {
+        let Some((key, v)) = one.split_once('=').filter(|(k, _)| k.starts_with("etcd_")) else {
+            if one.starts_with("etcd_") {
+                return Err(format!("unknown mount option {one:?}"));
+            }
+            rest.push(one.to_string());
+            continue;
+        };
+        let secs = v
+            .parse::<f64>()
+            .ok()
+            .filter(|s| (0.0..=1e6).contains(s))
+            .ok_or_else(|| format!("bad value for {key}: {v:?} (0 to 1e6 seconds)"))?;
+        let d = Duration::from_secs_f64(secs);
+        let o = etcd.get_or_insert_with(dcache_etcd::Options::default);
+        match key {
+            "etcd_timeout" if !d.is_zero() => o.timeout = d,
+            "etcd_unreachable" => o.unreachable_after = Some(d),
+            "etcd_staleness" if !d.is_zero() => o.staleness = d,
+            "etcd_lease_ttl" if secs >= 2.0 => o.lease_ttl = d,
+            "etcd_timeout" | "etcd_staleness" | "etcd_lease_ttl" => {
+                return Err(format!("bad value for {key}: {v:?} (too small)"))
+            }
+            _ => return Err(format!("unknown mount option {one:?}")),
+        }
+    }
+    Ok((rest, etcd))
 }
 
 fn indent(text: &str) -> String {
@@ -68,10 +119,17 @@ impl MountArgs {
                 "the following required arguments were not provided: <MOUNTPOINT> (usage: {USAGE})"
             )
         })?;
+        let (options, etcd) = split_etcd_options(&self.options)?;
+        if etcd.is_some() && !self.backend.starts_with("etcd:") {
+            return Err(format!(
+                "etcd_* mount options apply to an etcd backend only, not {:?}",
+                self.backend
+            ));
+        }
         Ok(ServeRequest {
-            backend: parse_backend(&self.backend)?,
+            backend: parse_backend(&self.backend, etcd.unwrap_or_default())?,
             mountpoint,
-            options: MountOptions::parse(&self.options)?,
+            options: MountOptions::parse(&options)?,
             foreground: self.foreground,
             single_threaded: self.single_threaded,
             log: self.log.clone(),
@@ -80,9 +138,9 @@ impl MountArgs {
 }
 
 /// The backends dcache-fuse knows, and `etcd:SPEC`, which is served by
-/// dcache-etcd (its endpoints probed, then connected, when the mount is
-/// made, in the process that serves).
-pub fn parse_backend(s: &str) -> Result<Backend, String> {
+/// dcache-etcd (its endpoints probed, then connected with `etcd`, when
+/// the mount is made, in the process that serves).
+pub fn parse_backend(s: &str, etcd: dcache_etcd::Options) -> Result<Backend, String> {
     let Some(rest) = s.strip_prefix("etcd:") else {
         return Backend::parse_listing(s, &[ETCD_FORM]);
     };
@@ -115,7 +173,8 @@ pub fn parse_backend(s: &str) -> Result<Backend, String> {
             }
         }
         // The error says what to do (format the prefix, adopt it).
-        let fs = dcache_etcd::EtcdFs::connect(&spec).map_err(|e| e.to_string())?;
+        let fs =
+            dcache_etcd::EtcdFs::connect_with(&spec, etcd.clone()).map_err(|e| e.to_string())?;
         *said.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("mounted {}", fs.volume()));
         Ok(Arc::new(fs) as Arc<dyn dcache::fs::FileSystem>)
     });
@@ -126,7 +185,7 @@ pub fn parse_backend(s: &str) -> Result<Backend, String> {
 /// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).
 pub fn main(args: MountArgs) -> i32 {
     if MountOptions::asks_for_help(&args.options) {
-        print!("{}", options::HELP);
+        print!("{}{ETCD_HELP}", options::HELP);
         return 0;
     }
     let req = match args.request() {
@@ -162,7 +221,8 @@ mod tests {
 
     #[test]
     fn etcd_specs() {
-        let b = parse_backend("etcd:http://127.0.0.1:1,127.0.0.1:2/ns").unwrap();
+        let b =
+            parse_backend("etcd:http://127.0.0.1:1,127.0.0.1:2/ns", Default::default()).unwrap();
         match &b {
             Backend::Custom(c) => assert_eq!(c.fsname, "etcd:http://127.0.0.1:1,127.0.0.1:2/ns"),
             other => panic!("{other:?}"),
@@ -170,19 +230,62 @@ mod tests {
         assert_eq!(b.fsname(), "etcd:http://127.0.0.1:1,127.0.0.1:2/ns");
         assert!(!b.wants_direct_io());
         for bad in ["etcd:", "etcd:https://127.0.0.1:1", "etcd:/only/a/prefix"] {
-            assert!(parse_backend(bad).is_err(), "{bad:?} accepted");
+            assert!(
+                parse_backend(bad, Default::default()).is_err(),
+                "{bad:?} accepted"
+            );
         }
-        assert_eq!(parse_backend("mem"), Ok(Backend::Mem));
+        assert_eq!(parse_backend("mem", Default::default()), Ok(Backend::Mem));
     }
 
     #[test]
     fn etcd_unreachable_is_said_at_once() {
-        let b = parse_backend("etcd:http://127.0.0.1:1/x").unwrap();
+        let b = parse_backend("etcd:http://127.0.0.1:1/x", Default::default()).unwrap();
         let t = std::time::Instant::now();
         assert_eq!(
             b.build().err().as_deref(),
             Some("cannot connect to etcd: http://127.0.0.1:1: connection refused")
         );
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn etcd_options_are_taken_out_of_the_mount_options() {
+        let args = vec![
+            "ro,etcd_timeout=2".to_string(),
+            "etcd_unreachable=0.25,timeout=0".into(),
+        ];
+        let (rest, o) = split_etcd_options(&args).unwrap();
+        assert_eq!(rest, ["ro", "timeout=0"]);
+        let o = o.unwrap();
+        assert_eq!(o.timeout, Duration::from_secs(2));
+        assert_eq!(o.unreachable_after, Some(Duration::from_millis(250)));
+        assert_eq!(o.staleness, dcache_etcd::Options::default().staleness);
+        assert!(split_etcd_options(&["ro".into()]).unwrap().1.is_none());
+        for bad in [
+            "etcd_timeout=0",
+            "etcd_timeout=x",
+            "etcd_lease_ttl=1",
+            "etcd_bogus=1",
+            "etcd_timeout",
+        ] {
+            assert!(
+                split_etcd_options(&[bad.to_string()]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        let req = MountArgs {
+            backend: "mem".into(),
+            foreground: true,
+            single_threaded: false,
+            log: None,
+            options: vec!["etcd_timeout=1".into()],
+            mountpoint: Some("/mnt".into()),
+        }
+        .request();
+        let Err(why) = req else {
+            panic!("etcd_timeout accepted for mem")
+        };
+        assert!(why.contains("etcd backend only"), "{why}");
     }
 }

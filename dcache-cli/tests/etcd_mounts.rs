@@ -414,3 +414,67 @@ fn object_store_mount(s3: bool, t: &str) {
     );
     drop(a);
 }
+
+/// A stopped (SIGSTOP) etcd: an uncached lookup through the mount fails
+/// with EIO soon after the member stops answering its health probes
+/// (`etcd_unreachable`, 0.5 s by default), not after the 30 s
+/// `etcd_timeout` given here; with `etcd_unreachable` past the timeout the
+/// timeout is what bounds it. Both mounts work again once etcd resumes.
+#[test]
+fn a_silent_cluster_fails_calls_fast() {
+    let t = "a_silent_cluster_fails_calls_fast";
+    if !fuse_or_skip(t) || !etcd_or_skip(t) {
+        return;
+    }
+    let server = EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_volume().expect("format");
+    let pid = server.pid().unwrap().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    let fast = Daemon::start(&format!("etcd:{spec}"), &["-o", "etcd_timeout=30"]);
+    let slow = Daemon::start(
+        &format!("etcd:{spec}"),
+        &["-o", "etcd_timeout=2,etcd_unreachable=60"],
+    );
+    std::fs::write(fast.mnt.join("here"), b"x").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || slow.mnt.join("here").exists()),
+        "the other mount sees the file"
+    );
+    signal("-STOP");
+    // Past the staleness bound (1 s) every lookup must ask etcd.
+    std::thread::sleep(Duration::from_millis(1500));
+    let eio = |m: &Path, name: &str| {
+        let t = Instant::now();
+        let e = std::fs::metadata(m.join(name)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{name}: {e}");
+        t.elapsed()
+    };
+    let fast_took = eio(&fast.mnt, "nothing");
+    let slow_took = eio(&slow.mnt, "nothing");
+    signal("-CONT");
+    println!("silent etcd: EIO after {fast_took:.2?} (unreachable 0.5 s) and {slow_took:.2?} (timeout 2 s)");
+    assert!(fast_took < Duration::from_secs(3), "{fast_took:?}");
+    assert!(
+        slow_took >= Duration::from_millis(1500) && slow_took < Duration::from_secs(6),
+        "{slow_took:?}"
+    );
+    for m in [&fast.mnt, &slow.mnt] {
+        assert!(
+            wait_for(Duration::from_secs(10), || std::fs::metadata(
+                m.join("here")
+            )
+            .is_ok()),
+            "{}: calls work again once etcd resumes",
+            m.display()
+        );
+    }
+    drop(slow);
+    drop(fast);
+    drop(server);
+}

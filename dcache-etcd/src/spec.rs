@@ -20,6 +20,13 @@ pub struct Options {
     /// How long one operation may take, retries and failover included,
     /// before it returns EIO (e.g. while no quorum can be reached).
     pub timeout: Duration,
+    /// Fail fast when the cluster is gone: once no member has answered
+    /// the client's health probes (a status request to each every 250 ms,
+    /// 400 ms limit) for this long, operations return EIO at once instead
+    /// of waiting out `timeout`. Members that answer but have no quorum
+    /// (a leader election, a minority partition) are still waited for,
+    /// up to `timeout`. `None`: always wait out `timeout`.
+    pub unreachable_after: Option<Duration>,
     /// How often the client checks that its watch is current (a
     /// linearizable read and a progress request on the watch, see the
     /// crate's README; nothing is written). `None`: a quarter of
@@ -48,6 +55,7 @@ impl Default for Options {
         Options {
             staleness: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
+            unreachable_after: Some(Duration::from_millis(500)),
             progress_interval: None,
             lease_ttl: Duration::from_secs(10),
             gc_grace: Duration::from_secs(60),

@@ -343,3 +343,51 @@ fn a_spec_listing_a_dead_member_connects_and_works() {
         assert!(took < Duration::from_secs(3), "round {round}: {took:?}");
     }
 }
+
+/// Every member silent (frozen): operations fail with EIO once no member
+/// has answered the health probes for `unreachable_after`, not after the
+/// whole `timeout`; a minority that still answers (here: two of three
+/// members stopped, the third up but without a quorum) is waited for up
+/// to `timeout`, as during an election. Both recover when the members
+/// resume.
+#[test]
+fn a_silent_cluster_fails_fast_and_a_quorumless_one_waits() {
+    if !etcd_available("a_silent_cluster_fails_fast_and_a_quorumless_one_waits") {
+        return;
+    }
+    let etcd = Cluster::start(3);
+    let spec = etcd.volume("/silent");
+    let o = Options {
+        staleness: Duration::from_millis(300),
+        timeout: Duration::from_secs(3),
+        unreachable_after: Some(Duration::from_millis(500)),
+        ..Options::default()
+    };
+    let (_fs, v) = client(&spec, o);
+    v.as_root().create(At::Root, "/here", 0o644).unwrap();
+    let stat_eio = |name: &str| {
+        let t = Instant::now();
+        assert_eq!(v.as_root().stat(At::Root, name), Err(Errno::EIO), "{name}");
+        t.elapsed()
+    };
+
+    // One member left answering, without a quorum: the timeout bounds it.
+    etcd.signal(0, "STOP");
+    etcd.signal(1, "STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    let quorumless = stat_eio("/q");
+    // All three silent: fast.
+    etcd.signal(2, "STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    let silent = stat_eio("/s");
+    for i in 0..3 {
+        etcd.signal(i, "CONT");
+    }
+    println!("no quorum: EIO after {quorumless:.2?}; no member: after {silent:.2?}");
+    assert!(quorumless >= Duration::from_secs(2), "{quorumless:?}");
+    assert!(silent < Duration::from_millis(500), "{silent:?}");
+    eventually(Duration::from_secs(15), || {
+        v.as_root().stat(At::Root, "/here").is_ok()
+    })
+    .expect("works again once the members resume");
+}

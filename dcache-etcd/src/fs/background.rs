@@ -195,43 +195,32 @@ impl Inner {
         }
     }
 
-    /// Endpoint failover: probe every member (a status request, so a
-    /// frozen member counts as down too) and take the ones that do not
+    /// Endpoint health: every 250 ms, probe every member at once (a
+    /// status request, so a frozen member counts as down too, and one
+    /// that has lost its quorum still counts as answering). When none
+    /// answers, operations fail fast (`Inner::unreachable_for`, used by
+    /// `attempt_limit`). With several members, take the ones that do not
     /// answer out of the client's balancer, so requests stop being sent
-    /// there; put them back when they answer again. At least one endpoint
-    /// always stays in.
+    /// there, and put them back when they answer again; at least one
+    /// endpoint always stays in.
     /// `out`: the endpoints connect already took out of the balancer.
     pub(super) async fn health_loop(self: Arc<Inner>, endpoints: Vec<String>, mut out: Vec<bool>) {
-        if endpoints.len() < 2 {
-            return;
-        }
         let probe_every = Duration::from_millis(250);
-        let probe_limit = Duration::from_millis(400);
         let mut probes: Vec<Option<Client>> = vec![None; endpoints.len()];
         loop {
             tokio::time::sleep(probe_every).await;
-            for (i, ep) in endpoints.iter().enumerate() {
-                if probes[i].is_none() {
-                    let opts = ConnectOptions::new().with_connect_timeout(probe_limit);
-                    if let Ok(Ok(c)) = tokio::time::timeout(
-                        probe_limit,
-                        Client::connect([ep.as_str()], Some(opts)),
-                    )
-                    .await
-                    {
-                        probes[i] = Some(c);
-                    }
-                }
-                let up = match &mut probes[i] {
-                    Some(c) => matches!(
-                        tokio::time::timeout(probe_limit, c.status()).await,
-                        Ok(Ok(_))
-                    ),
-                    None => false,
-                };
-                if !up {
-                    probes[i] = None;
-                }
+            let ups = futures_util::future::join_all(
+                probes
+                    .iter_mut()
+                    .zip(&endpoints)
+                    .map(|(probe, ep)| probe_member(probe, ep)),
+            )
+            .await;
+            self.note_answers(ups.iter().any(|&up| up));
+            if endpoints.len() < 2 {
+                continue;
+            }
+            for (i, (ep, &up)) in endpoints.iter().zip(&ups).enumerate() {
                 let n_out = out.iter().filter(|&&o| o).count();
                 if !up && !out[i] && n_out + 1 < endpoints.len() {
                     if self.client.remove_endpoint(ep.as_str()).await.is_ok() {
@@ -248,6 +237,30 @@ impl Inner {
         }
     }
 
+    /// Record one health round: whether any member answered.
+    fn note_answers(&self, any: bool) {
+        // Relaxed: a hint read by requests deciding whether to give up
+        // early; no other memory is published through it.
+        if any {
+            self.silent_since.store(0, Ordering::Relaxed);
+        } else {
+            let now = self.cache.now_ns().max(1);
+            let _ =
+                self.silent_since
+                    .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// How long no member has answered a health probe (`None`: one did
+    /// in the last round).
+    pub(super) fn unreachable_for(&self) -> Option<Duration> {
+        // Relaxed: see `note_answers`.
+        match self.silent_since.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(Duration::from_nanos(self.cache.now_ns().saturating_sub(t))),
+        }
+    }
+
     /// After a compaction gap: forget what the watch can no longer bring
     /// up to date, and resume from the current revision.
     async fn resync(&self) {
@@ -261,6 +274,28 @@ impl Inner {
                 self.lock_wakers.wake_all();
                 return;
             }
+            // Paced: with no member answering, a read fails at once.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// One member's health probe: connect (kept in `probe` for the next
+/// round) and ask its status, 400 ms for each.
+async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
+    let limit = Duration::from_millis(400);
+    if probe.is_none() {
+        let opts = ConnectOptions::new().with_connect_timeout(limit);
+        if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], Some(opts))).await {
+            *probe = Some(c);
+        }
+    }
+    let up = match probe {
+        Some(c) => matches!(tokio::time::timeout(limit, c.status()).await, Ok(Ok(_))),
+        None => false,
+    };
+    if !up {
+        *probe = None;
+    }
+    up
 }

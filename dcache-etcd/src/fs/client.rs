@@ -152,6 +152,14 @@ impl Inner {
         if rem.is_zero() {
             return Err(Errno::EIO);
         }
+        // No member has answered for a while: fail now rather than wait
+        // out the deadline (a quorum that is merely electing a leader
+        // still answers the probes, and is waited for).
+        if let (Some(grace), Some(silent)) = (self.opts.unreachable_after, self.unreachable_for()) {
+            if silent >= grace {
+                return Err(Errno::EIO);
+            }
+        }
         Ok(rem.min((self.opts.timeout / 4).max(Duration::from_millis(500))))
     }
 

@@ -113,6 +113,7 @@ impl EtcdFs {
             reported: AtomicI64::new(0),
             reported_moved: tokio::sync::Notify::new(),
             objects: OnceLock::new(),
+            silent_since: AtomicU64::new(0),
         });
         let i = inner.clone();
         let record =

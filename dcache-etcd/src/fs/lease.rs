@@ -88,7 +88,10 @@ impl Inner {
                     .stats
                     .lease_renewals
                     .fetch_add(1, Ordering::Relaxed);
-                while self.open_session(self.deadline()).await.is_err() {}
+                // Paced: with no member answering, a try fails at once.
+                while self.open_session(self.deadline()).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
             } else {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

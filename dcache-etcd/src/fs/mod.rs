@@ -105,6 +105,9 @@ struct Inner {
     /// The object store of a volume whose data is kept there (`None`:
     /// inline in etcd).
     objects: OnceLock<buffer::Objects>,
+    /// Since when (`cache.now_ns`) no member has answered a health probe;
+    /// 0 while one does (`health_loop`).
+    silent_since: AtomicU64,
 }
 
 /// A change another client made, as the watch saw it.
