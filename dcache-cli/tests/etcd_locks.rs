@@ -29,21 +29,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dcache_bench::etcd::{etcd_binary, EtcdServer};
-use fuse_common::{fuse_or_skip, skip_if_off, Daemon};
+use dcache_bench::etcd::EtcdServer;
+use fuse_common::{etcd_or_skip, fuse_or_skip, skip_if_off, Daemon};
 
 const HELPER: &str = "DCACHE_LOCK_HELPER";
-
-fn etcd_or_skip(test: &str) -> bool {
-    if etcd_binary() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
-    }
-    eprintln!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
-    false
-}
 
 fn have(tool: &str) -> bool {
     Command::new("sh")

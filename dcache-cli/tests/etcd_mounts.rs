@@ -26,20 +26,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dcache_bench::etcd::{etcd_binary, EtcdServer};
-use fuse_common::{fuse_or_skip, in_process_watchdog, is_mounted, wait_for, Daemon};
-
-/// Whether the etcd binary is there; under CI its absence is a failure.
-pub fn etcd_or_skip(test: &str) -> bool {
-    if etcd_binary() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
-    }
-    eprintln!("SKIP {test}: no etcd binary (apt-get install etcd-server)");
-    false
-}
+use dcache_bench::etcd::EtcdServer;
+use fuse_common::{
+    dcache_env, etcd_or_skip, fuse_or_skip, in_process_watchdog, is_mounted, wait_for, Daemon,
+};
 
 /// Wait (at most 5 s, well under mount B's 30 s timeouts) until `cond`
 /// holds; returns how long it took.
@@ -112,28 +102,6 @@ fn pct(v: &mut [Duration], p: usize) -> Duration {
 /// mount daemon that kept the caller's output open would hang it.
 fn dcache(args: &[&str]) -> (i32, String) {
     dcache_env(&[], args)
-}
-
-/// [`dcache`] with `env` added to its environment.
-fn dcache_env(env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let printed = dir.path().join("printed");
-    let script = r#"out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; exit $rc"#;
-    let st = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("sh")
-        .arg(env!("CARGO_BIN_EXE_dcache"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&printed).unwrap())
-        .status()
-        .unwrap();
-    (
-        st.code().unwrap_or(-1),
-        std::fs::read_to_string(&printed).unwrap(),
-    )
 }
 
 #[test]

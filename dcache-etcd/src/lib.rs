@@ -53,5 +53,7 @@ pub use error::Error;
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
 pub use gc::destroy;
 pub use gc::{gc, GcOptions, GcReport};
-pub use spec::{parse_spec, Options, Spec, DEFAULT_PREFIX};
+pub use spec::{
+    parse_spec, Options, Spec, DEFAULT_PREFIX, ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USER,
+};
 pub use volume::{format, DataStore, FormatOptions, Volume, VolumeRecord};

@@ -175,6 +175,71 @@ fn probe_one(endpoint: &str, timeout: Duration) -> std::result::Result<(), Strin
     Err(last)
 }
 
+/// The etcd user a process connects as (etcd's user/password
+/// authentication): `DCACHE_ETCD_USER`.
+pub const ENV_USER: &str = "DCACHE_ETCD_USER";
+/// The user's password: `DCACHE_ETCD_PASSWORD`, or the first line of the
+/// file named by [`ENV_PASSWORD_FILE`] (which wins when both are set).
+pub const ENV_PASSWORD: &str = "DCACHE_ETCD_PASSWORD";
+/// A file holding the user's password (its first line).
+pub const ENV_PASSWORD_FILE: &str = "DCACHE_ETCD_PASSWORD_FILE";
+
+/// What to do when etcd refuses a client for want of credentials.
+pub(crate) const AUTH_HINT: &str = "etcd has authentication on: set DCACHE_ETCD_USER, \
+     and DCACHE_ETCD_PASSWORD or DCACHE_ETCD_PASSWORD_FILE";
+
+/// Whether etcd's error message says that it refused the client's
+/// credentials (none given, a wrong password, a user without the right).
+pub(crate) fn is_auth_refusal(m: &str) -> bool {
+    m.contains("user name is empty")
+        || m.contains("authentication failed")
+        || m.contains("permission denied")
+        || m.contains("invalid auth token")
+        || m.contains("authentication is not enabled")
+}
+
+/// The credentials this process connects with, from its environment
+/// (never from a spec, never written to etcd or printed): `None` when
+/// [`ENV_USER`] is unset.
+pub(crate) fn credentials() -> std::result::Result<Option<(String, String)>, String> {
+    let Some(user) = std::env::var_os(ENV_USER) else {
+        return Ok(None);
+    };
+    let user = user
+        .into_string()
+        .map_err(|_| format!("{ENV_USER} is not UTF-8"))?;
+    let password = match std::env::var_os(ENV_PASSWORD_FILE) {
+        Some(f) => {
+            let text = std::fs::read_to_string(&f).map_err(|e| {
+                format!(
+                    "{ENV_PASSWORD_FILE}={}: {e}",
+                    std::path::Path::new(&f).display()
+                )
+            })?;
+            text.lines().next().unwrap_or("").to_string()
+        }
+        None => std::env::var(ENV_PASSWORD).map_err(|_| {
+            format!("{ENV_USER} is set but neither {ENV_PASSWORD} nor {ENV_PASSWORD_FILE}")
+        })?,
+    };
+    Ok(Some((user, password)))
+}
+
+/// The options every etcd client of this crate connects with: `limit`
+/// to connect, and the environment's credentials (which etcd checks at
+/// connect: a wrong password fails it).
+pub(crate) fn connect_options(
+    limit: Duration,
+) -> std::result::Result<etcd_client::ConnectOptions, String> {
+    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
+    Ok(match credentials()? {
+        // The token etcd hands out expires (`--auth-token-ttl`, 5 min by
+        // default): a request refused for it authenticates again.
+        Some((user, password)) => opts.with_user(user, password).with_auto_token_refresh(true),
+        None => opts,
+    })
+}
+
 /// Parse `[etcd:]ENDPOINT[,ENDPOINT...][/prefix]`, where an endpoint is
 /// `[http://]host:port`. The prefix follows the last endpoint (or any,
 /// when they all name the same one). EINVAL for anything else (https is

@@ -232,15 +232,24 @@ pub fn spec_string(spec: &Spec) -> String {
 }
 
 pub(crate) fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
-    Error::new(
-        Errno::EIO,
-        format!("cannot reach etcd at {}: {e}", spec.endpoints.join(",")),
-    )
+    let why = e.to_string();
+    let at = spec.endpoints.join(",");
+    if crate::spec::is_auth_refusal(&why) {
+        let hint = match crate::spec::credentials() {
+            Ok(None) => format!(" ({})", crate::spec::AUTH_HINT),
+            _ => String::new(),
+        };
+        return Error::new(
+            Errno::EACCES,
+            format!("etcd at {at} refused this client: {why}{hint}"),
+        );
+    }
+    Error::new(Errno::EIO, format!("cannot reach etcd at {at}: {why}"))
 }
 
 /// A client of `spec`'s cluster.
 pub(crate) async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
-    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
+    let opts = crate::spec::connect_options(limit).map_err(|m| Error::new(Errno::EINVAL, m))?;
     Client::connect(spec.endpoints.clone(), Some(opts))
         .await
         .map_err(|e| unreachable(spec, e))

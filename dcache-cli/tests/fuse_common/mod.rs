@@ -27,6 +27,41 @@ pub fn fuse_or_skip(test: &str) -> bool {
     }
 }
 
+/// Whether the etcd binary is there; under CI its absence is a failure.
+pub fn etcd_or_skip(test: &str) -> bool {
+    if etcd_binary() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
+    }
+    eprintln!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+    false
+}
+
+/// Run the `dcache` binary with `args`, `env` added to its environment;
+/// its exit code and what it printed (stdout and stderr, in order).
+pub fn dcache_env(env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let printed = dir.path().join("printed");
+    let script = r#"out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; exit $rc"#;
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_dcache"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(File::create(&printed).unwrap())
+        .status()
+        .unwrap();
+    (
+        st.code().unwrap_or(-1),
+        std::fs::read_to_string(&printed).unwrap(),
+    )
+}
+
 /// Whether `dir` is a mount point in this process's mount namespace.
 pub fn is_mounted(dir: &Path) -> bool {
     mounts_at(dir) > 0
@@ -173,6 +208,26 @@ impl Daemon {
         dir: tempfile::TempDir,
         nofile: Option<u64>,
     ) -> Daemon {
+        Daemon::spawn(backend, args, mnt, dir, nofile, &[])
+    }
+
+    /// Like [`start`](Self::start), with `env` added to the daemon's
+    /// environment.
+    pub fn start_env(backend: &str, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Daemon::spawn(backend, args, mnt, dir, None, env)
+    }
+
+    fn spawn(
+        backend: &str,
+        args: &[&str],
+        mnt: PathBuf,
+        dir: tempfile::TempDir,
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let before = mounts_at(&mnt);
         // A dead mount there (its daemon killed) is replaced, not stacked on.
         let dead = std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
@@ -191,6 +246,7 @@ impl Daemon {
         if let Some(extra) = extra_options() {
             cmd.args(["-o", &extra]);
         }
+        cmd.envs(env.iter().copied());
         cmd.arg(&mnt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 
 use super::client::get;
 use super::{Change, Inner};
@@ -285,8 +285,8 @@ impl Inner {
 async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
     let limit = Duration::from_millis(400);
     if probe.is_none() {
-        let opts = ConnectOptions::new().with_connect_timeout(limit);
-        if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], Some(opts))).await {
+        let opts = crate::spec::connect_options(limit).ok();
+        if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], opts)).await {
             *probe = Some(c);
         }
     }

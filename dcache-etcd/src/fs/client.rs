@@ -38,6 +38,9 @@ pub(super) fn classify(e: &etcd_client::Error) -> Fail {
             if m.contains("lease not found") {
                 return Fail::LeaseGone;
             }
+            if crate::spec::is_auth_refusal(m) {
+                return Fail::Fatal(Errno::EACCES);
+            }
             if m.contains("database space exceeded") {
                 return Fail::Fatal(Errno::ENOSPC);
             }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dcache::Errno;
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, GetOptions};
 use tokio::runtime::Runtime;
 
 use super::buffer::Objects;
@@ -44,7 +44,13 @@ impl EtcdFs {
 
     pub fn connect_spec(spec: Spec, opts: Options) -> std::result::Result<EtcdFs, Error> {
         let at = spec.endpoints.join(",");
-        let fail = |e: Errno| Error::new(e, format!("cannot connect to etcd at {at}: {e}"));
+        let fail = |e: Errno| {
+            let hint = match (e, crate::spec::credentials()) {
+                (Errno::EACCES, Ok(None)) => format!(" ({})", crate::spec::AUTH_HINT),
+                _ => String::new(),
+            };
+            Error::new(e, format!("cannot connect to etcd at {at}: {e}{hint}"))
+        };
         if opts.timeout.is_zero() || opts.staleness.is_zero() {
             return Err(Error::new(
                 Errno::EINVAL,
@@ -57,8 +63,8 @@ impl EtcdFs {
             .enable_all()
             .build()
             .map_err(|e| fail(Errno::from_io(&e)))?;
-        let copts = ConnectOptions::new()
-            .with_connect_timeout(opts.timeout.min(Duration::from_secs(2)))
+        let copts = crate::spec::connect_options(opts.timeout.min(Duration::from_secs(2)))
+            .map_err(|m| Error::new(Errno::EINVAL, m))?
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
@@ -67,7 +73,7 @@ impl EtcdFs {
             &rt,
             async move { Client::connect(endpoints, Some(copts)).await },
         )
-        .map_err(|_| fail(Errno::EIO))?;
+        .map_err(|e| crate::volume::unreachable(&spec, e))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -210,9 +216,9 @@ async fn member_status(endpoints: Vec<String>, lim: Duration) -> (u64, Vec<Optio
         .into_iter()
         .map(|ep| {
             tokio::spawn(async move {
-                let opts = ConnectOptions::new().with_connect_timeout(lim);
                 let status = async {
-                    let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+                    let opts = crate::spec::connect_options(lim).ok();
+                    let mut c = Client::connect([ep.as_str()], opts).await?;
                     c.status().await
                 };
                 match tokio::time::timeout(lim, status).await {
