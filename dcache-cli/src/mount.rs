@@ -146,14 +146,10 @@ pub fn parse_backend(s: &str, etcd: dcache_etcd::Options) -> Result<Backend, Str
     };
     // Check the spec now (bad usage, exit 2); connect later.
     let parsed = dcache_etcd::parse_spec(rest).map_err(|_| {
-        let tls = if rest.contains("https://") {
-            "; https is not supported"
-        } else {
-            ""
-        };
         format!(
             "bad etcd spec {rest:?}: expected {ETCD_FORM} (HOST:PORT without http:// \
-             is taken too; the prefix is optional, /dcache by default{tls})"
+             is taken too, https:// for TLS, every endpoint alike; the prefix is optional, \
+             /dcache by default)"
         )
     })?;
     let spec = rest.to_string();
@@ -229,7 +225,11 @@ mod tests {
         }
         assert_eq!(b.fsname(), "etcd:http://127.0.0.1:1,127.0.0.1:2/ns");
         assert!(!b.wants_direct_io());
-        for bad in ["etcd:", "etcd:https://127.0.0.1:1", "etcd:/only/a/prefix"] {
+        for bad in [
+            "etcd:",
+            "etcd:https://127.0.0.1:1,http://127.0.0.1:2",
+            "etcd:/only/a/prefix",
+        ] {
             assert!(
                 parse_backend(bad, Default::default()).is_err(),
                 "{bad:?} accepted"

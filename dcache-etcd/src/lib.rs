@@ -54,6 +54,7 @@ pub use fs::{EtcdFs, DEFAULT_QUOTA};
 pub use gc::destroy;
 pub use gc::{gc, GcOptions, GcReport};
 pub use spec::{
-    parse_spec, Options, Spec, DEFAULT_PREFIX, ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USER,
+    parse_spec, Options, Spec, DEFAULT_PREFIX, ENV_CACERT, ENV_CERT, ENV_KEY, ENV_PASSWORD,
+    ENV_PASSWORD_FILE, ENV_USER,
 };
 pub use volume::{format, DataStore, FormatOptions, Volume, VolumeRecord};

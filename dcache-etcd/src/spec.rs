@@ -137,7 +137,10 @@ impl Spec {
 /// addresses within `timeout`; the error in a few words.
 fn probe_one(endpoint: &str, timeout: Duration) -> std::result::Result<(), String> {
     use std::net::{TcpStream, ToSocketAddrs};
-    let hostport = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+    let hostport = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint);
     let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
     let start = std::time::Instant::now();
     let addrs: Vec<_> = hostport
@@ -225,13 +228,57 @@ pub(crate) fn credentials() -> std::result::Result<Option<(String, String)>, Str
     Ok(Some((user, password)))
 }
 
-/// The options every etcd client of this crate connects with: `limit`
-/// to connect, and the environment's credentials (which etcd checks at
-/// connect: a wrong password fails it).
-pub(crate) fn connect_options(
+/// A PEM file of the certificate authorities an `https://` endpoint's
+/// certificate must be signed by (required for TLS: no system roots are
+/// trusted).
+pub const ENV_CACERT: &str = "DCACHE_ETCD_CACERT";
+/// A PEM file of this client's certificate, for an etcd that checks
+/// clients' certificates (`--client-cert-auth`); with [`ENV_KEY`].
+pub const ENV_CERT: &str = "DCACHE_ETCD_CERT";
+/// A PEM file of the key of [`ENV_CERT`].
+pub const ENV_KEY: &str = "DCACHE_ETCD_KEY";
+
+/// Whether `endpoint` is reached over TLS.
+pub(crate) fn is_https(endpoint: &str) -> bool {
+    endpoint.starts_with("https://")
+}
+
+/// TLS to `https://` endpoints: the authorities of [`ENV_CACERT`], and
+/// the client's certificate and key where both are given.
+fn tls_options() -> std::result::Result<etcd_client::TlsOptions, String> {
+    let read = |var: &str| -> std::result::Result<Option<Vec<u8>>, String> {
+        match std::env::var_os(var) {
+            None => Ok(None),
+            Some(f) => std::fs::read(&f)
+                .map(Some)
+                .map_err(|e| format!("{var}={}: {e}", std::path::Path::new(&f).display())),
+        }
+    };
+    let ca = read(ENV_CACERT)?.ok_or_else(|| {
+        format!("an https:// etcd needs {ENV_CACERT} (a PEM file of the authorities to trust)")
+    })?;
+    let mut tls =
+        etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(ca));
+    match (read(ENV_CERT)?, read(ENV_KEY)?) {
+        (Some(cert), Some(key)) => tls = tls.identity(etcd_client::Identity::from_pem(cert, key)),
+        (None, None) => {}
+        _ => return Err(format!("{ENV_CERT} and {ENV_KEY} go together")),
+    }
+    Ok(tls)
+}
+
+/// The options every etcd client of this crate connects with, to
+/// `endpoints`: `limit` to connect, TLS for `https://` ones, and the
+/// environment's credentials (which etcd checks at connect: a wrong
+/// password fails it).
+pub(crate) fn connect_options<S: AsRef<str>>(
+    endpoints: &[S],
     limit: Duration,
 ) -> std::result::Result<etcd_client::ConnectOptions, String> {
-    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
+    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(limit);
+    if endpoints.iter().any(|e| is_https(e.as_ref())) {
+        opts = opts.with_tls(tls_options()?);
+    }
     Ok(match credentials()? {
         // The token etcd hands out expires (`--auth-token-ttl`, 5 min by
         // default): a request refused for it authenticates again.
@@ -241,20 +288,24 @@ pub(crate) fn connect_options(
 }
 
 /// Parse `[etcd:]ENDPOINT[,ENDPOINT...][/prefix]`, where an endpoint is
-/// `[http://]host:port`. The prefix follows the last endpoint (or any,
-/// when they all name the same one). EINVAL for anything else (https is
-/// not supported: this build has no TLS).
+/// `[http://]host:port` or `https://host:port` (TLS, see
+/// [`ENV_CACERT`]; every endpoint of a spec the same). The prefix follows
+/// the last endpoint (or any, when they all name the same one). EINVAL
+/// for anything else.
 pub fn parse_spec(spec: &str) -> Result<Spec> {
     let s = spec.strip_prefix("etcd:").unwrap_or(spec);
     let s = s.strip_prefix("//").unwrap_or(s);
-    let mut endpoints = Vec::new();
+    let mut endpoints: Vec<String> = Vec::new();
     let mut prefix: Option<String> = None;
     for part in s.split(',') {
         let part = part.trim();
-        if part.starts_with("https://") {
+        let (scheme, rest) = match part.strip_prefix("https://") {
+            Some(rest) => ("https", rest),
+            None => ("http", part.strip_prefix("http://").unwrap_or(part)),
+        };
+        if !endpoints.is_empty() && is_https(&endpoints[0]) != (scheme == "https") {
             return Err(Errno::EINVAL);
         }
-        let rest = part.strip_prefix("http://").unwrap_or(part);
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], Some(&rest[i..])),
             None => (rest, None),
@@ -273,7 +324,7 @@ pub fn parse_spec(spec: &str) -> Result<Spec> {
                 _ => prefix = Some(p.to_string()),
             }
         }
-        endpoints.push(format!("http://{hostport}"));
+        endpoints.push(format!("{scheme}://{hostport}"));
     }
     if endpoints.is_empty() {
         return Err(Errno::EINVAL);
@@ -299,12 +350,14 @@ mod tests {
             vec!["http://127.0.0.1:1", "http://127.0.0.1:2"]
         );
         assert_eq!(s.prefix, "/ns/a");
+        let s = parse_spec("https://h:1,https://h:2/x").unwrap();
+        assert_eq!(s.endpoints, vec!["https://h:1", "https://h:2"]);
         for bad in [
             "",
             "etcd:",
             "127.0.0.1",
             "h:notaport",
-            "https://h:1",
+            "https://h:1,http://h:2",
             "h:1/a,h:2/b",
             "h:1/",
             ":1",

@@ -244,12 +244,29 @@ pub(crate) fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
             format!("etcd at {at} refused this client: {why}{hint}"),
         );
     }
-    Error::new(Errno::EIO, format!("cannot reach etcd at {at}: {why}"))
+    // A TLS handshake refused for want of a client certificate shows
+    // only as a closed connection.
+    let hint = if spec.endpoints.iter().any(|e| crate::spec::is_https(e))
+        && std::env::var_os(crate::spec::ENV_CERT).is_none()
+    {
+        format!(
+            " (if etcd checks client certificates: set {} and {})",
+            crate::spec::ENV_CERT,
+            crate::spec::ENV_KEY
+        )
+    } else {
+        String::new()
+    };
+    Error::new(
+        Errno::EIO,
+        format!("cannot reach etcd at {at}: {why}{hint}"),
+    )
 }
 
 /// A client of `spec`'s cluster.
 pub(crate) async fn client_of(spec: &Spec, limit: Duration) -> Result<Client, Error> {
-    let opts = crate::spec::connect_options(limit).map_err(|m| Error::new(Errno::EINVAL, m))?;
+    let opts = crate::spec::connect_options(&spec.endpoints, limit)
+        .map_err(|m| Error::new(Errno::EINVAL, m))?;
     Client::connect(spec.endpoints.clone(), Some(opts))
         .await
         .map_err(|e| unreachable(spec, e))

@@ -285,7 +285,7 @@ impl Inner {
 async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
     let limit = Duration::from_millis(400);
     if probe.is_none() {
-        let opts = crate::spec::connect_options(limit).ok();
+        let opts = crate::spec::connect_options(&[ep], limit).ok();
         if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], opts)).await {
             *probe = Some(c);
         }

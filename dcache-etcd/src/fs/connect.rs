@@ -63,11 +63,12 @@ impl EtcdFs {
             .enable_all()
             .build()
             .map_err(|e| fail(Errno::from_io(&e)))?;
-        let copts = crate::spec::connect_options(opts.timeout.min(Duration::from_secs(2)))
-            .map_err(|m| Error::new(Errno::EINVAL, m))?
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
+        let copts =
+            crate::spec::connect_options(&spec.endpoints, opts.timeout.min(Duration::from_secs(2)))
+                .map_err(|m| Error::new(Errno::EINVAL, m))?
+                .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+                .with_keep_alive_while_idle(true)
+                .with_require_leader(true);
         let endpoints = spec.endpoints.clone();
         let client = run_on(
             &rt,
@@ -217,7 +218,7 @@ async fn member_status(endpoints: Vec<String>, lim: Duration) -> (u64, Vec<Optio
         .map(|ep| {
             tokio::spawn(async move {
                 let status = async {
-                    let opts = crate::spec::connect_options(lim).ok();
+                    let opts = crate::spec::connect_options(&[&ep], lim).ok();
                     let mut c = Client::connect([ep.as_str()], opts).await?;
                     c.status().await
                 };
