@@ -28,6 +28,7 @@ etcd_timeout=S          etcd: seconds an operation waits for a quorum before EIO
 etcd_unreachable=S      etcd: EIO at once after no member answered for S seconds (default 0.5)
 etcd_staleness=S        etcd: seconds a cached answer may lag other hosts' changes (default 1)
 etcd_lease_ttl=S        etcd: seconds this host's session outlives it (default 10; at least 2)
+etcd_gc_grace=S         etcd with an object store: seconds removed data is kept for readers (default 60; at least 1)
 ";
 
 /// What `dcache mount --help` shows after the arguments: the `-o` options.
@@ -71,7 +72,8 @@ fn split_etcd_options(
             "etcd_unreachable" => o.unreachable_after = Some(d),
             "etcd_staleness" if !d.is_zero() => o.staleness = d,
             "etcd_lease_ttl" if secs >= 2.0 => o.lease_ttl = d,
-            "etcd_timeout" | "etcd_staleness" | "etcd_lease_ttl" => {
+            "etcd_gc_grace" if secs >= 1.0 => o.gc_grace = d,
+            "etcd_timeout" | "etcd_staleness" | "etcd_lease_ttl" | "etcd_gc_grace" => {
                 return Err(format!("bad value for {key}: {v:?} (too small)"))
             }
             _ => return Err(format!("unknown mount option {one:?}")),

@@ -446,3 +446,78 @@ fn a_silent_cluster_fails_calls_fast() {
     drop(fast);
     drop(server);
 }
+
+/// Open-unlinked through mounts of an object-store volume: a file unlinked
+/// on the mount that has it open, and one unlinked on the other mount,
+/// both stay readable through the open descriptor long past the grace
+/// period; the daemon holding the second is then killed (SIGKILL), and its
+/// open record goes with its session lease: the file's objects are gone
+/// within the lease TTL plus 2 s.
+#[test]
+fn unlinked_open_files_keep_their_data_until_the_holder_goes() {
+    let t = "unlinked_open_files_keep_their_data_until_the_holder_goes";
+    if !fuse_or_skip(t) || !etcd_or_skip(t) {
+        return;
+    }
+    let server = EtcdServer::start_or_use(None).expect("start etcd");
+    let spec = server.fresh_spec();
+    let backend = format!("etcd:{spec}");
+    let data = tempfile::tempdir().unwrap();
+    let (rc, out) = dcache(&["format", "--data", data.path().to_str().unwrap(), &backend]);
+    assert_eq!(rc, 0, "{out}");
+    let opts = ["-o", "etcd_gc_grace=1,etcd_lease_ttl=2"];
+    let a = Daemon::start(&backend, &opts);
+    let b = Daemon::start(&backend, &opts);
+    let bytes: Vec<u8> = (0..6u32 << 20).map(|i| (i % 253) as u8).collect();
+    let read_all = |f: &std::fs::File| {
+        use std::os::unix::fs::FileExt;
+        let mut back = vec![0u8; bytes.len()];
+        f.read_exact_at(&mut back, 0).map(|_| back)
+    };
+
+    // Unlinked on the mount that has it open.
+    std::fs::write(a.mnt.join("same"), &bytes).unwrap();
+    let same = std::fs::File::open(a.mnt.join("same")).unwrap();
+    std::fs::remove_file(a.mnt.join("same")).unwrap();
+    // Unlinked on the other mount.
+    std::fs::write(a.mnt.join("other"), &bytes).unwrap();
+    let other = std::fs::File::open(a.mnt.join("other")).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || b
+        .mnt
+        .join("other")
+        .exists()));
+    std::fs::remove_file(b.mnt.join("other")).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(read_all(&same).unwrap() == bytes, "same mount, after 3 s");
+    assert!(
+        read_all(&other).unwrap() == bytes,
+        "other mount's unlink, after 3 s"
+    );
+    assert!(files_under(data.path()) >= 2, "kept while open");
+    drop(same);
+    assert!(
+        wait_for(Duration::from_secs(5), || files_under(data.path()) == 2),
+        "the closed file's objects go: {} left",
+        files_under(data.path())
+    );
+
+    // The holder dies: its record goes with its lease.
+    let killed = Instant::now();
+    let _ = a.kill_with(libc::SIGKILL);
+    assert!(
+        wait_for(Duration::from_secs(10), || files_under(data.path()) == 0),
+        "objects left 10 s after the kill: {}",
+        files_under(data.path())
+    );
+    let took = killed.elapsed();
+    println!(
+        "killed holder: its unlinked file's objects gone {took:.2?} after the kill (lease TTL 2 s)"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "{took:?}: over the lease TTL plus 2 s"
+    );
+    drop(other);
+    drop(b);
+    drop(server);
+}

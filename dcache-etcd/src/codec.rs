@@ -188,6 +188,14 @@ impl Keys {
     pub fn dead_inodes(&self) -> Vec<u8> {
         self.k(&[b"/a/i/"])
     }
+    /// `P/a/o/<ino>/<client>`: `client` has the inode open (object-store
+    /// volumes; on the client's session lease, outside the watched range).
+    pub fn open_record(&self, ino: Ino, client: &str) -> Vec<u8> {
+        self.k(&[b"/a/o/", hex16(ino).as_bytes(), b"/", client.as_bytes()])
+    }
+    pub fn open_records(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/a/o/", hex16(ino).as_bytes(), b"/"])
+    }
     /// The number at the end of a `P/a/g/` or `P/a/i/` key.
     pub fn parse_tail(key: &[u8]) -> Option<u64> {
         let s = std::str::from_utf8(key.get(key.len().checked_sub(16)?..)?).ok()?;

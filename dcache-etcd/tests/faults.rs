@@ -1,13 +1,16 @@
 //! A 3-member etcd cluster loses its leader (and, separately, a follower)
 //! in the middle of a create/rename workload: every acknowledged operation
 //! is there afterwards, link counts balance, and the clients keep working.
+//! Once more with the file data in an object store, each file written
+//! before its rename: every acknowledged write reads back. And what a
+//! client does when no member answers, or no quorum.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, etcd_available, eventually, Cluster};
+use common::{client, etcd_available, eventually, object_volume, Cluster, Store, TestStore};
 use dcache::{At, Errno, RenameFlags};
 use dcache_etcd::Options;
 
@@ -27,10 +30,33 @@ fn opts() -> Options {
     }
 }
 
-fn survive(kill_leader: bool) {
+/// What file `i` of the workload holds when it is written.
+fn payload(i: usize) -> Vec<u8> {
+    format!("file {i} written through the object store\n")
+        .repeat(i % 7 + 1)
+        .into_bytes()
+}
+
+/// The whole of `path` as `v` reads it.
+fn contents(v: &dcache::Vfs, path: &str) -> Vec<u8> {
+    let f = v.as_root().open(At::Root, path, libc::O_RDONLY, 0).unwrap();
+    let mut out = vec![0u8; 1 << 16];
+    let n = f.read(0, &mut out).unwrap();
+    out.truncate(n);
+    f.close().unwrap();
+    out
+}
+
+/// `store`: the volume keeps its data there, and each created file is
+/// written (open, write, close) before its rename; every acknowledged
+/// write must read back after the kill.
+fn survive(kill_leader: bool, store: Option<&TestStore>) {
     let what = if kill_leader { "leader" } else { "follower" };
     let mut etcd = Cluster::start(3);
-    let spec = etcd.volume("/faults");
+    let spec = match store {
+        Some(st) => object_volume(&etcd, "/faults", st),
+        None => etcd.volume("/faults"),
+    };
     let (fa, a) = client(&spec, opts());
     let (_fb, b) = client(&spec, opts());
     a.as_root().mkdir(At::Root, "/w", 0o755).unwrap();
@@ -40,11 +66,13 @@ fn survive(kill_leader: bool) {
     let after_kill = AtomicUsize::new(0);
     let started = AtomicUsize::new(0);
     let mut acks = vec![(Ack::NotTried, Ack::NotTried); N];
+    let mut written = vec![false; N];
     let mut victim = None;
     let mut eio = 0;
     std::thread::scope(|s| {
         let w = s.spawn(|| {
             let mut acks = vec![(Ack::NotTried, Ack::NotTried); N];
+            let mut written = vec![false; N];
             let mut eio = 0;
             let deadline = Instant::now() + Duration::from_secs(60);
             for (i, ack) in acks.iter_mut().enumerate() {
@@ -66,6 +94,20 @@ fn survive(kill_leader: bool) {
                 if ack.0 == Ack::Unknown {
                     continue;
                 }
+                if store.is_some() {
+                    let w = a
+                        .as_root()
+                        .open(At::Root, &f, libc::O_WRONLY, 0)
+                        .and_then(|h| {
+                            h.write(0, &payload(i))?;
+                            h.close()
+                        });
+                    match w {
+                        Ok(()) => written[i] = true,
+                        Err(Errno::EIO) => eio += 1,
+                        Err(e) => panic!("write {f}: {e:?}"),
+                    }
+                }
                 ack.1 = match a
                     .as_root()
                     .rename(At::Root, &f, At::Root, &g, RenameFlags::NONE)
@@ -81,7 +123,7 @@ fn survive(kill_leader: bool) {
                     after_kill.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            (acks, eio)
+            (acks, written, eio)
         });
         // Let the workload run, then kill a member mid-way.
         while started.load(Ordering::Relaxed) < N / 3 && !w.is_finished() {
@@ -97,7 +139,8 @@ fn survive(kill_leader: bool) {
         killed.store(true, Ordering::Relaxed);
         victim = Some(v);
         let t = Instant::now();
-        let (r, e) = w.join().unwrap();
+        let (r, wr, e) = w.join().unwrap();
+        written = wr;
         println!(
             "workload after the kill: {:.2?}, {} requests retried",
             t.elapsed(),
@@ -146,6 +189,12 @@ fn survive(kill_leader: bool) {
             if names.contains(n) {
                 let st = c.as_root().stat(At::Root, format!("/w/{n}")).unwrap();
                 assert_eq!(st.nlink, 1, "{n}");
+                if written[i] {
+                    assert!(
+                        contents(&c, &format!("/w/{n}")) == payload(i),
+                        "{n}: an acknowledged write lost"
+                    );
+                }
             }
         }
     }
@@ -171,7 +220,21 @@ fn leader_killed_during_workload() {
     if !etcd_available("leader_killed_during_workload") {
         return;
     }
-    survive(true);
+    survive(true, None);
+}
+
+/// The same on a volume whose file data is in an object store (a local
+/// directory): each file is also written before its rename.
+#[test]
+fn leader_killed_during_workload_with_data_in_the_store() {
+    let t = "leader_killed_during_workload_with_data_in_the_store";
+    if !etcd_available(t) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, t) else {
+        return;
+    };
+    survive(true, Some(&store));
 }
 
 #[test]
@@ -179,7 +242,7 @@ fn follower_killed_during_workload() {
     if !etcd_available("follower_killed_during_workload") {
         return;
     }
-    survive(false);
+    survive(false, None);
 }
 
 #[test]

@@ -41,7 +41,9 @@ impl Inner {
         };
         let reads = vec![
             page(self.keys.all_garbage(), 64),
-            page(self.keys.dead_inodes(), 16),
+            // Dead inodes still open are skipped, so a page holds more
+            // than a pass is likely to reclaim.
+            page(self.keys.dead_inodes(), 256),
         ];
         let (_, rs) = self.read(dl, reads).await?;
         let mut deleted = 0;
@@ -73,13 +75,25 @@ impl Inner {
             if now < at.saturating_add(grace) {
                 continue;
             }
+            // Still open somewhere: left for a later pass (the records go
+            // at the last close, or with their client's lease).
+            let opens = self.keys.open_records(ino);
+            let ask = TxnOp::get(
+                opens.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            );
+            let (_, open) = self.read(dl, vec![ask]).await?;
+            if open[0].count() > 0 {
+                continue;
+            }
             deleted += self.collect_inode(ino).await?;
             let key = kv.key().to_vec();
+            // The inode record (kept, nlink 0, for open files) goes last.
             let _ = self
                 .commit(
                     dl,
                     vec![same(key.clone(), kv.mod_revision())],
-                    vec![delete(key)],
+                    vec![delete(key), delete(self.keys.inode(ino))],
                 )
                 .await?;
         }

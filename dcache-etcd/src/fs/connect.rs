@@ -121,6 +121,7 @@ impl EtcdFs {
             reported_moved: tokio::sync::Notify::new(),
             objects: OnceLock::new(),
             silent_since: AtomicU64::new(0),
+            opens: Default::default(),
         });
         let i = inner.clone();
         let record =
@@ -134,6 +135,15 @@ impl EtcdFs {
             let store = StoreUrl::parse(url)
                 .and_then(|u| u.open(false))
                 .map_err(|e| Error::new(e.errno, format!("volume {}: {e}", record.uuid)))?;
+            if inner.opts.gc_grace < super::opens::MIN_GRACE {
+                return Err(Error::new(
+                    Errno::EINVAL,
+                    format!(
+                        "gc_grace must be at least {:?} on a volume with an object store",
+                        super::opens::MIN_GRACE
+                    ),
+                ));
+            }
             let cache = inner.opts.read_cache_bytes;
             let _ = inner
                 .objects
@@ -156,6 +166,7 @@ impl EtcdFs {
         rt.spawn(inner.clone().health_loop(spec.endpoints.clone(), out));
         if inner.objects.get().is_some() {
             rt.spawn(inner.clone().collect_loop());
+            rt.spawn(inner.clone().open_records_loop());
         }
         let fs = EtcdFs {
             volume: Volume {

@@ -34,6 +34,7 @@ mod locks;
 mod namespace;
 mod objdata;
 mod objread;
+mod opens;
 mod xattr;
 
 use std::future::Future;
@@ -108,6 +109,8 @@ struct Inner {
     /// Since when (`cache.now_ns`) no member has answered a health probe;
     /// 0 while one does (`health_loop`).
     silent_since: AtomicU64,
+    /// The inodes this client has open, and their records (`opens`).
+    opens: opens::OpenFiles,
 }
 
 /// A change another client made, as the watch saw it.
@@ -442,6 +445,9 @@ impl FileSystem for EtcdFs {
 
     fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
         self.getattr(ino)?;
+        if self.inner.objects.get().is_some() {
+            self.inner.opens.opened(ino);
+        }
         Ok(0)
     }
 
@@ -474,7 +480,11 @@ impl FileSystem for EtcdFs {
     }
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
-        self.commit_buffered(ino)
+        let r = self.commit_buffered(ino);
+        if self.inner.objects.get().is_some() {
+            self.inner.opens.released(ino);
+        }
+        r
     }
 
     fn lseek(&self, ino: Ino, _fh: u64, offset: u64, whence: i32) -> Result<u64> {

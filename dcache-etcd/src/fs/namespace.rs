@@ -177,7 +177,14 @@ impl Inner {
             ];
             let mut ops = vec![delete(ekey), put(dkey, drec2.encode())];
             let mut deleted = Vec::new();
-            if dir_op || crec.nlink <= 1 {
+            if !dir_op && crec.nlink <= 1 && self.keeps_unlinked() {
+                // Kept (nlink 0) for the descriptors still open on any
+                // client, until the collector reclaims it (`opens`).
+                crec.nlink = 0;
+                crec.ctime = now;
+                ops.push(put(ckey, crec.encode()));
+                ops.push(self.drop_data(e.ino));
+            } else if dir_op || crec.nlink <= 1 {
                 ops.push(delete(ckey));
                 if dir_op {
                     ops.push(delete(self.keys.parent(e.ino)));
@@ -490,7 +497,10 @@ impl Inner {
                         r.nlink = r.nlink.saturating_sub(1);
                         r.ctime = now;
                         if r.nlink == 0 {
-                            deleted.push(t.ino);
+                            // Kept (nlink 0) where open files are (see unlink).
+                            if !self.keeps_unlinked() {
+                                deleted.push(t.ino);
+                            }
                             ops.push(self.drop_data(t.ino));
                         }
                     }
@@ -519,6 +529,13 @@ impl Inner {
 }
 
 impl Inner {
+    /// Whether a file's last unlink keeps its inode record (nlink 0) for
+    /// its open descriptors: on object-store volumes, whose collector
+    /// reclaims it once no client has it open (`opens`).
+    fn keeps_unlinked(&self) -> bool {
+        self.objects.get().is_some()
+    }
+
     /// The op that frees a removed file's data: inline, its chunk keys;
     /// in an object store, a record `P/a/i/<ino>` that the collector
     /// finds after the grace period (the lists stay until then: the
