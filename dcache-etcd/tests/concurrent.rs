@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use common::{client, etcd_available, Cluster};
+use common::{client, etcd_available, object_volume, Cluster, Store, TestStore};
 use dcache::{At, Errno, RenameFlags, SetAttr};
 use dcache_etcd::Options;
 use oracle::{Mutator, Oracle, Rng};
@@ -263,6 +263,24 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
     if !etcd_available(T) {
         return;
     }
+    answer_as_one_namespace(None);
+}
+
+/// The same on a volume whose file data is in an object store (a local
+/// directory): its unlinks keep inodes for open files, its collector runs.
+#[test]
+fn two_clients_answer_as_one_namespace_with_data_in_the_store() {
+    const T: &str = "two_clients_answer_as_one_namespace_with_data_in_the_store";
+    if !etcd_available(T) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, T) else {
+        return;
+    };
+    answer_as_one_namespace(Some(&store));
+}
+
+fn answer_as_one_namespace(store: Option<&TestStore>) {
     const PER_CLIENT: usize = 2;
     const MUTATORS: usize = 2 * PER_CLIENT;
     const DIRS: usize = 4;
@@ -274,9 +292,13 @@ fn two_clients_answer_as_one_namespace_within_the_bound() {
     let staleness = Duration::from_millis(500);
     let bound_ns = staleness.as_nanos() as u64;
     let etcd = Cluster::start(1);
-    let spec = etcd.volume("/oracle");
+    let spec = match store {
+        Some(st) => object_volume(&etcd, "/oracle", st),
+        None => etcd.volume("/oracle"),
+    };
     let opts = Options {
         staleness,
+        gc_grace: Duration::from_secs(1),
         ..Options::default()
     };
     let (_fa, a) = client(&spec, opts.clone());

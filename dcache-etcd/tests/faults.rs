@@ -238,6 +238,18 @@ fn leader_killed_during_workload_with_data_in_the_store() {
 }
 
 #[test]
+fn follower_killed_during_workload_with_data_in_the_store() {
+    let t = "follower_killed_during_workload_with_data_in_the_store";
+    if !etcd_available(t) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, t) else {
+        return;
+    };
+    survive(false, Some(&store));
+}
+
+#[test]
 fn follower_killed_during_workload() {
     if !etcd_available("follower_killed_during_workload") {
         return;
