@@ -10,6 +10,7 @@ mod create;
 pub mod dup;
 pub mod kernfs;
 mod lockref;
+mod mdtest;
 mod stat;
 mod stat_random;
 
@@ -29,6 +30,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &dup::DUP_CLOSE,
     &dup::FILE_SHARING,
     &create::CREATE,
+    &mdtest::MDTEST,
 ];
 
 /// The workload called `name`.
