@@ -31,7 +31,7 @@ fn etcd_cases_leave_nothing_behind() {
     // Stands for the user's cluster.
     let theirs = EtcdServer::start_or_use(None).unwrap();
     let url = theirs.url().to_string();
-    for workload in ["stat-same", "create"] {
+    for workload in ["stat-same", "create", "mdtest"] {
         let req = Request {
             workload: Some(workload.into()),
             targets: Some("etcd".into()),
