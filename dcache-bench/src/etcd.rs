@@ -157,6 +157,18 @@ impl Drop for EtcdServer {
     }
 }
 
+/// What every etcd case starts with: the etcd of `--etcd` (or a local
+/// member), and a fresh scratch volume on it (deleted when the server is
+/// dropped). `--cred` is refused: the etcd target acts as root.
+pub fn scratch_volume(options: &crate::workload::Options) -> Result<(EtcdServer, String), String> {
+    if options.cred.is_some() {
+        return Err("--cred runs on the lib and kernel targets".into());
+    }
+    let server = EtcdServer::start_or_use(options.etcd.as_deref())?;
+    let spec = server.fresh_volume()?;
+    Ok((server, spec))
+}
+
 /// One client: its `EtcdFs` and the `Vfs` over it.
 pub struct Client {
     pub fs: Arc<EtcdFs>,

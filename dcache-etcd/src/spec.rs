@@ -187,9 +187,27 @@ pub const ENV_PASSWORD: &str = "DCACHE_ETCD_PASSWORD";
 /// A file holding the user's password (its first line).
 pub const ENV_PASSWORD_FILE: &str = "DCACHE_ETCD_PASSWORD_FILE";
 
-/// What to do when etcd refuses a client for want of credentials.
-pub(crate) const AUTH_HINT: &str = "etcd has authentication on: set DCACHE_ETCD_USER, \
-     and DCACHE_ETCD_PASSWORD or DCACHE_ETCD_PASSWORD_FILE";
+/// What to add to a refusal by etcd when this process gave no
+/// credentials: which to set (empty when it gave some).
+pub(crate) fn auth_hint() -> String {
+    match credentials() {
+        Ok(None) => " (etcd has authentication on: set DCACHE_ETCD_USER, \
+                     and DCACHE_ETCD_PASSWORD or DCACHE_ETCD_PASSWORD_FILE)"
+            .to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The contents of the file named by environment variable `var` (`None`
+/// when it is unset); the error names the variable and the file.
+fn env_file(var: &str) -> std::result::Result<Option<Vec<u8>>, String> {
+    match std::env::var_os(var) {
+        None => Ok(None),
+        Some(f) => std::fs::read(&f)
+            .map(Some)
+            .map_err(|e| format!("{var}={}: {e}", std::path::Path::new(&f).display())),
+    }
+}
 
 /// Whether etcd's error message says that it refused the client's
 /// credentials (none given, a wrong password, a user without the right).
@@ -211,16 +229,12 @@ pub(crate) fn credentials() -> std::result::Result<Option<(String, String)>, Str
     let user = user
         .into_string()
         .map_err(|_| format!("{ENV_USER} is not UTF-8"))?;
-    let password = match std::env::var_os(ENV_PASSWORD_FILE) {
-        Some(f) => {
-            let text = std::fs::read_to_string(&f).map_err(|e| {
-                format!(
-                    "{ENV_PASSWORD_FILE}={}: {e}",
-                    std::path::Path::new(&f).display()
-                )
-            })?;
-            text.lines().next().unwrap_or("").to_string()
-        }
+    let password = match env_file(ENV_PASSWORD_FILE)? {
+        Some(text) => String::from_utf8_lossy(&text)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string(),
         None => std::env::var(ENV_PASSWORD).map_err(|_| {
             format!("{ENV_USER} is set but neither {ENV_PASSWORD} nor {ENV_PASSWORD_FILE}")
         })?,
@@ -246,20 +260,12 @@ pub(crate) fn is_https(endpoint: &str) -> bool {
 /// TLS to `https://` endpoints: the authorities of [`ENV_CACERT`], and
 /// the client's certificate and key where both are given.
 fn tls_options() -> std::result::Result<etcd_client::TlsOptions, String> {
-    let read = |var: &str| -> std::result::Result<Option<Vec<u8>>, String> {
-        match std::env::var_os(var) {
-            None => Ok(None),
-            Some(f) => std::fs::read(&f)
-                .map(Some)
-                .map_err(|e| format!("{var}={}: {e}", std::path::Path::new(&f).display())),
-        }
-    };
-    let ca = read(ENV_CACERT)?.ok_or_else(|| {
+    let ca = env_file(ENV_CACERT)?.ok_or_else(|| {
         format!("an https:// etcd needs {ENV_CACERT} (a PEM file of the authorities to trust)")
     })?;
     let mut tls =
         etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(ca));
-    match (read(ENV_CERT)?, read(ENV_KEY)?) {
+    match (env_file(ENV_CERT)?, env_file(ENV_KEY)?) {
         (Some(cert), Some(key)) => tls = tls.identity(etcd_client::Identity::from_pem(cert, key)),
         (None, None) => {}
         _ => return Err(format!("{ENV_CERT} and {ENV_KEY} go together")),

@@ -235,10 +235,7 @@ pub(crate) fn unreachable(spec: &Spec, e: impl fmt::Display) -> Error {
     let why = e.to_string();
     let at = spec.endpoints.join(",");
     if crate::spec::is_auth_refusal(&why) {
-        let hint = match crate::spec::credentials() {
-            Ok(None) => format!(" ({})", crate::spec::AUTH_HINT),
-            _ => String::new(),
-        };
+        let hint = crate::spec::auth_hint();
         return Error::new(
             Errno::EACCES,
             format!("etcd at {at} refused this client: {why}{hint}"),

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::etcd::{client, Client, EtcdServer};
+use crate::etcd::{client, scratch_volume, Client, EtcdServer};
 use crate::report::RunResult;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
@@ -33,11 +33,7 @@ impl Workload for CreateWorkload {
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
-        if spec.options.cred.is_some() {
-            return Err("--cred runs on the lib and kernel targets".into());
-        }
-        let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-        let ns = server.fresh_volume()?;
+        let (server, ns) = scratch_volume(spec.options)?;
         let clients = (0..spec.threads)
             .map(|_| client(&ns))
             .collect::<Result<Vec<_>, _>>()?;

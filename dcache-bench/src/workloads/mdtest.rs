@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::etcd::{client, Client, EtcdServer};
+use crate::etcd::{client, scratch_volume, Client, EtcdServer};
 use crate::report::RunResult;
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
@@ -38,11 +38,7 @@ impl Workload for MdtestWorkload {
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
-        if spec.options.cred.is_some() {
-            return Err("--cred runs on the lib and kernel targets".into());
-        }
-        let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-        let ns = server.fresh_volume()?;
+        let (server, ns) = scratch_volume(spec.options)?;
         let mounts = if spec.variant == "two-mounts" { 2 } else { 1 };
         let clients = (0..mounts)
             .map(|_| client(&ns))

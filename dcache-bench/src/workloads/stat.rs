@@ -187,11 +187,8 @@ impl Workload for StatWorkload {
                 }))
             }
             ("etcd", "reffree") => {
-                if cred.is_some() {
-                    return Err("--cred runs on the lib and kernel targets".into());
-                }
-                let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-                let c = crate::etcd::client(&server.fresh_volume()?)?;
+                let (server, ns) = crate::etcd::scratch_volume(spec.options)?;
+                let c = crate::etcd::client(&ns)?;
                 for d in ["a", "a/b", "a/b/c"] {
                     c.vfs
                         .as_root()

@@ -186,10 +186,7 @@ impl Daemon {
     /// `dcache mount --backend BACKEND -f ARGS.. MNT` on a fresh mount
     /// point; panics if it is not mounted within 20 s.
     pub fn start(backend: &str, args: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        Daemon::start_on(backend, args, mnt, dir)
+        Daemon::start_env(backend, args, &[])
     }
 
     /// Like [`start`](Self::start), on the given mount point (which may

@@ -77,9 +77,8 @@ impl Inner {
             }
             // Still open somewhere: left for a later pass (the records go
             // at the last close, or with their client's lease).
-            let opens = self.keys.open_records(ino);
             let ask = TxnOp::get(
-                opens.clone(),
+                self.keys.open_records(ino),
                 Some(GetOptions::new().with_prefix().with_count_only()),
             );
             let (_, open) = self.read(dl, vec![ask]).await?;

@@ -45,9 +45,10 @@ impl EtcdFs {
     pub fn connect_spec(spec: Spec, opts: Options) -> std::result::Result<EtcdFs, Error> {
         let at = spec.endpoints.join(",");
         let fail = |e: Errno| {
-            let hint = match (e, crate::spec::credentials()) {
-                (Errno::EACCES, Ok(None)) => format!(" ({})", crate::spec::AUTH_HINT),
-                _ => String::new(),
+            let hint = if e == Errno::EACCES {
+                crate::spec::auth_hint()
+            } else {
+                String::new()
             };
             Error::new(e, format!("cannot connect to etcd at {at}: {e}{hint}"))
         };

@@ -445,7 +445,7 @@ impl FileSystem for EtcdFs {
 
     fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
         self.getattr(ino)?;
-        if self.inner.objects.get().is_some() {
+        if self.inner.keeps_unlinked() {
             self.inner.opens.opened(ino);
         }
         Ok(0)
@@ -481,7 +481,7 @@ impl FileSystem for EtcdFs {
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
         let r = self.commit_buffered(ino);
-        if self.inner.objects.get().is_some() {
+        if self.inner.keeps_unlinked() {
             self.inner.opens.released(ino);
         }
         r

@@ -529,13 +529,6 @@ impl Inner {
 }
 
 impl Inner {
-    /// Whether a file's last unlink keeps its inode record (nlink 0) for
-    /// its open descriptors: on object-store volumes, whose collector
-    /// reclaims it once no client has it open (`opens`).
-    fn keeps_unlinked(&self) -> bool {
-        self.objects.get().is_some()
-    }
-
     /// The op that frees a removed file's data: inline, its chunk keys;
     /// in an object store, a record `P/a/i/<ino>` that the collector
     /// finds after the grace period (the lists stay until then: the

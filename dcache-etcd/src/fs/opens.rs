@@ -84,6 +84,13 @@ impl OpenFiles {
 }
 
 impl Inner {
+    /// Whether a file's last unlink keeps its inode record (nlink 0) for
+    /// its open descriptors, and opens are recorded: on object-store
+    /// volumes, whose collector reclaims it once no client has it open.
+    pub(super) fn keeps_unlinked(&self) -> bool {
+        self.objects.get().is_some()
+    }
+
     /// Keep this client's open records equal to its open inodes.
     pub(super) async fn open_records_loop(self: Arc<Inner>) {
         loop {
