@@ -17,6 +17,7 @@ use rustix::time::ClockId;
 use dcache::{Attr, Ino};
 
 use crate::codec::Rec;
+use crate::own::OwnCommits;
 use crate::xattr::Xattrs;
 
 /// A record as this client last saw it.
@@ -121,7 +122,15 @@ pub(crate) struct Cache {
     /// change (put or delete). A directory's entries change only together
     /// with its record, so this is also the directory's revision.
     ino_rev: InoMap<i64>,
+    /// dir -> the highest revision at which one of its entries changed in
+    /// a way this client's dcache did not apply itself: another client's
+    /// change, or a commit of this one whose caller was told it failed
+    /// (`crate::own`). A name cached in `dir` at a revision at least this
+    /// is still true.
+    dir_rev: InoMap<i64>,
     recs: InoMap<Cached>,
+    /// Lock order: `own`, then `write`.
+    own: Mutex<OwnCommits>,
     write: Mutex<()>,
     /// Every watch event up to this revision has been applied.
     pub watched: AtomicI64,
@@ -150,7 +159,9 @@ impl Cache {
             fresh_for_ns: bound_ns - clock.slack_ns,
             clock,
             ino_rev: InoMap::default(),
+            dir_rev: InoMap::default(),
             recs: InoMap::default(),
+            own: Mutex::default(),
             write: Mutex::new(()),
             watched: AtomicI64::new(0),
             last_read: AtomicI64::new(0),
@@ -201,6 +212,67 @@ impl Cache {
     #[inline]
     pub fn ino_rev(&self, ino: Ino) -> i64 {
         self.ino_rev.pin().get(&ino).copied().unwrap_or(0)
+    }
+
+    /// The revision at which an entry of `dir` last changed without this
+    /// client's dcache applying the change (0: not since this client
+    /// started watching).
+    #[inline]
+    pub fn dir_rev(&self, dir: Ino) -> i64 {
+        self.dir_rev.pin().get(&dir).copied().unwrap_or(0)
+    }
+
+    /// A namespace commit with marker value `seq` is about to be sent; the
+    /// caller's dcache applies it if it succeeds.
+    pub fn own_begin(&self, seq: u64) {
+        self.own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .begin(seq);
+    }
+
+    /// That commit ended (`applied`: it succeeded, and its caller applies
+    /// it). Entry changes the watch already delivered for a failed one
+    /// count as foreign now.
+    pub fn own_end(&self, seq: u64, applied: bool) {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        let foreign = own.end(seq, applied);
+        if !foreign.is_empty() {
+            let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+            for (dir, rev) in foreign {
+                self.raise_dir_rev(dir, rev);
+            }
+        }
+    }
+
+    /// A watch event on an entry of `dir` at `rev`, from this client's
+    /// commit `seq` (`None`: another client's). Returns whether this
+    /// client's dcache does not have the change (to be reported to it).
+    pub fn entry_event(&self, dir: Ino, rev: i64, seq: Option<u64>) -> bool {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        let foreign = own.entry_changed(seq, dir, rev);
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        if foreign {
+            self.raise_dir_rev(dir, rev);
+        }
+        self.watched.fetch_max(rev, Ordering::AcqRel);
+        foreign
+    }
+
+    /// The watch delivered every event of this client's commit `seq`.
+    pub fn own_delivered(&self, seq: u64) {
+        self.own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .delivered(seq);
+    }
+
+    /// Under the write lock.
+    fn raise_dir_rev(&self, dir: Ino, rev: i64) {
+        let revs = self.dir_rev.pin();
+        if revs.get(&dir).is_none_or(|&r| r < rev) {
+            revs.insert(dir, rev);
+        }
     }
 
     /// The record of `ino`, if mirrored and the watch is current.
@@ -259,8 +331,15 @@ impl Cache {
     pub fn record(&self, ino: Ino, rec: Option<(&Rec, i64)>, read_rev: i64) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
         // Once the watch has gone past `read_rev`, an event in between may
-        // be newer than what was read: keep it, but not as live.
-        let live = read_rev >= self.watched.load(Ordering::Acquire);
+        // be newer than what was read: keep it, but not as live. Unless
+        // no event applied names `ino` after `read_rev` (`ino_rev`, under
+        // this lock) and the watch missed none since (`floor`, raised when
+        // it resumes past a compaction): then what was read is still the
+        // latest, and later events will update it. (A file this client
+        // has just created, while its other threads' commits move the
+        // watch on, is then answered from the mirror.)
+        let live = read_rev >= self.watched.load(Ordering::Acquire)
+            || (read_rev >= self.floor.load(Ordering::Acquire) && self.ino_rev(ino) <= read_rev);
         let m = self.recs.pin();
         let cur = m.get(&ino);
         match rec {

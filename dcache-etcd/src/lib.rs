@@ -40,6 +40,7 @@ mod error;
 mod fs;
 pub mod gc;
 pub mod locks;
+mod own;
 pub mod progress;
 pub mod session;
 pub mod slices;

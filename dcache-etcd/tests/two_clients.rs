@@ -305,3 +305,108 @@ fn changes_by_others_are_reported_to_the_vfs() {
             > 0
     );
 }
+
+/// A client's own creates keep every name it has cached in the directory
+/// (its dcache applied them), and the new files' attributes are answered
+/// from its mirror; another client's change to the directory does not
+/// keep them.
+#[test]
+fn own_changes_keep_cached_names_and_others_do_not() {
+    use std::sync::atomic::Ordering::Relaxed;
+    if !etcd_available("own_changes_keep_cached_names_and_others_do_not") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/t4");
+    // A long bound: a slow moment of this VM must not send A's checks to
+    // etcd (its watch delivers within milliseconds all the same).
+    let opts = Options {
+        staleness: Duration::from_secs(30),
+        ..Options::default()
+    };
+    let (fa, a) = client(&spec, opts.clone());
+    let (_fb, b) = client(&spec, opts);
+    let stat_all = |v: &dcache::Vfs, prefix: &str, n: usize| {
+        for i in 0..n {
+            v.as_root()
+                .stat(At::Root, format!("/d/{prefix}{i}"))
+                .unwrap();
+        }
+    };
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    for i in 0..20 {
+        a.as_root()
+            .create(At::Root, format!("/d/f{i}"), 0o644)
+            .unwrap();
+    }
+    stat_all(&a, "f", 20);
+    eventually(WAIT, || fa.is_current()).expect("A's watch current");
+    let misses = fa.stats().attr_misses.load(Relaxed);
+    for i in 0..20 {
+        a.as_root()
+            .create(At::Root, format!("/d/g{i}"), 0o644)
+            .unwrap();
+    }
+    // (Counted after the creates: each looked its name up first.) Once
+    // A's watch has delivered its own creates too.
+    let lookups = a.counters().backend_lookups();
+    std::thread::sleep(Duration::from_millis(200));
+    stat_all(&a, "f", 20);
+    stat_all(&a, "g", 20);
+    assert_eq!(
+        a.counters().backend_lookups(),
+        lookups,
+        "A's own creates sent its cached names back to etcd"
+    );
+    assert_eq!(
+        fa.stats().attr_misses.load(Relaxed),
+        misses,
+        "the new files' attributes were not answered from the mirror"
+    );
+
+    // Creates from several threads at once, each in a directory of its
+    // own (so they do not conflict): each commit's records are kept as
+    // current although the others' move A's watch past them first.
+    for t in 0..8 {
+        a.as_root()
+            .mkdir(At::Root, format!("/h{t}"), 0o755)
+            .unwrap();
+    }
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let a = &a;
+            s.spawn(move || {
+                for i in 0..25 {
+                    a.as_root()
+                        .create(At::Root, format!("/h{t}/f{i}"), 0o644)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let misses = fa.stats().attr_misses.load(Relaxed);
+    for t in 0..8 {
+        for i in 0..25 {
+            a.as_root().stat(At::Root, format!("/h{t}/f{i}")).unwrap();
+        }
+    }
+    assert_eq!(
+        fa.stats().attr_misses.load(Relaxed),
+        misses,
+        "files created by concurrent threads were not answered from the mirror"
+    );
+
+    // B removes one name: A's other names in /d are looked up again
+    // (the watch says /d changed, not which names B's dcache had).
+    b.as_root().unlink(At::Root, "/d/f0").unwrap();
+    eventually(WAIT, || {
+        a.as_root().stat(At::Root, "/d/f0").unwrap_err() == Errno::ENOENT
+    })
+    .expect("B's unlink seen by A");
+    let lookups = a.counters().backend_lookups();
+    stat_all(&a, "g", 20);
+    assert!(
+        a.counters().backend_lookups() > lookups,
+        "B's change kept A's names in /d without a lookup"
+    );
+}

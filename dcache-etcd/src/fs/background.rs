@@ -105,12 +105,16 @@ impl Inner {
                 // A transaction's events come in one response, its marker
                 // put among them when it is this client's own: those
                 // changes went through this client's Vfs already.
-                let own: Vec<i64> = resp
+                // (revision, the marker's value: the commit's sequence number)
+                let own: Vec<(i64, u64)> = resp
                     .events()
                     .iter()
                     .filter_map(|ev| ev.kv())
                     .filter(|kv| kv.key() == marker.as_slice())
-                    .map(|kv| kv.mod_revision())
+                    .map(|kv| {
+                        let seq = kv.value().try_into().map_or(0, u64::from_le_bytes);
+                        (kv.mod_revision(), seq)
+                    })
                     .collect();
                 if resp.events().is_empty() {
                     // A progress notification (or the creation's answer).
@@ -139,7 +143,8 @@ impl Inner {
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     let rev = kv.mod_revision();
-                    let theirs = !own.contains(&rev);
+                    let seq = own.iter().find(|o| o.0 == rev).map(|o| o.1);
+                    let theirs = seq.is_none();
                     if let Some(ino) = self.keys.parse_inode(kv.key()) {
                         let rec = match ev.event_type() {
                             EventType::Put => Rec::decode(kv.value()).ok(),
@@ -149,13 +154,14 @@ impl Inner {
                             changes.push(Change::Inode(ino));
                         }
                         self.cache.event(ino, rec, rev);
+                    } else if let Some((dir, name)) = self.keys.parse_entry(kv.key()) {
+                        // Reported unless this client's dcache applied it.
+                        if self.cache.entry_event(dir, rev, seq) {
+                            changes.push(Change::Entry(dir, name.to_vec()));
+                        }
                     } else {
                         self.cache.passed(rev);
-                        if let Some((dir, name)) = self.keys.parse_entry(kv.key()) {
-                            if theirs {
-                                changes.push(Change::Entry(dir, name.to_vec()));
-                            }
-                        } else if let Some(ino) = crate::locks::parse_key(&self.keys, kv.key()) {
+                        if let Some(ino) = crate::locks::parse_key(&self.keys, kv.key()) {
                             unlocked.push(ino);
                         }
                     }
@@ -164,6 +170,9 @@ impl Inner {
                 // whoever waits on the inode tries again.
                 for ino in unlocked.drain(..) {
                     self.lock_wakers.wake(ino);
+                }
+                for &(_, seq) in &own {
+                    self.cache.own_delivered(seq);
                 }
                 // Every event up to the response's last is applied: the
                 // fences it reaches hold.

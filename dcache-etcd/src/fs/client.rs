@@ -234,9 +234,54 @@ impl Inner {
         &self,
         dl: Instant,
         cmps: Vec<Compare>,
-        mut ops: Vec<TxnOp>,
+        ops: Vec<TxnOp>,
     ) -> Result<Outcome> {
-        let seq = self.op_seq.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
+        self.commit_seq(dl, cmps, ops, seq).await
+    }
+
+    /// `commit` for a namespace operation whose caller, the Vfs, applies
+    /// its entry changes to the dcache when it succeeds: those changes
+    /// then invalidate none of this client's cached names (`crate::own`).
+    /// The caller must return success exactly when this commits.
+    pub(super) async fn commit_mirrored(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<Outcome> {
+        let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
+        // Ends the commit's record however this future ends (an error, a
+        // conflict, or dropped mid-way: then the caller sees a failure).
+        struct Ending<'a> {
+            cache: &'a crate::cache::Cache,
+            seq: u64,
+            applied: bool,
+        }
+        impl Drop for Ending<'_> {
+            fn drop(&mut self) {
+                self.cache.own_end(self.seq, self.applied);
+            }
+        }
+        self.cache.own_begin(seq);
+        let mut ending = Ending {
+            cache: &self.cache,
+            seq,
+            applied: false,
+        };
+        let out = self.commit_seq(dl, cmps, ops, seq).await;
+        ending.applied = matches!(out, Ok(Outcome::Committed(_)));
+        out
+    }
+
+    async fn commit_seq(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        mut ops: Vec<TxnOp>,
+        seq: u64,
+    ) -> Result<Outcome> {
+        let seq = seq.to_le_bytes();
         let marker = self.keys.op_marker(&self.client_id);
         // The marker goes on the session lease, so a client that dies
         // leaves none behind; the lease in use is read at each attempt

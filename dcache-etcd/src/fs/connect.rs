@@ -161,6 +161,9 @@ impl EtcdFs {
         // so nothing older is needed.
         let start = inner.cache.cookie() as i64;
         inner.cache.watched.store(start, Ordering::Release);
+        // Nothing before the watch's start is known to this client: a
+        // record read before it (none is) could not count as current.
+        inner.cache.floor.store(start, Ordering::Release);
         rt.spawn(inner.clone().watch_loop());
         rt.spawn(inner.clone().fence_loop());
         rt.spawn(inner.clone().lease_loop());

@@ -683,7 +683,9 @@ impl FileSystem for EtcdFs {
             };
         }
         if c.fresh() {
-            return if c.ino_rev(dir) <= cookie {
+            // Only changes this client's dcache did not apply count: its
+            // own creates, unlinks and renames are in the dcache already.
+            return if c.dir_rev(dir) <= cookie {
                 Validity::Valid
             } else {
                 Validity::Invalid

@@ -106,7 +106,7 @@ impl Inner {
             if is_dir {
                 ops.push(put(self.keys.parent(ino), dir.to_le_bytes().to_vec()));
             }
-            match self.commit(dl, cmps, ops).await? {
+            match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.cache.record(dir, Some((&drec, rev)), rev);
                     self.cache.record(ino, Some((&rec, rev)), rev);
@@ -199,7 +199,7 @@ impl Inner {
             }
             recs.insert(dir, (drec2, dmr));
             recs.insert(e.ino, (crec, cmr));
-            match self.commit(dl, cmps, ops).await? {
+            match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.committed(rev, &recs, &deleted);
                     return Ok(());
@@ -262,7 +262,7 @@ impl Inner {
                 put(dkey, drec.encode()),
                 put(ekey, entry.encode()),
             ];
-            match self.commit(dl, cmps, ops).await? {
+            match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.cache.record(ino, Some((&rec, rev)), rev);
                     self.cache.record(newdir, Some((&drec, rev)), rev);
@@ -517,7 +517,7 @@ impl Inner {
                     ops.push(put(k.inode(*ino), rec.encode()));
                 }
             }
-            match self.commit(dl, cmps, ops).await? {
+            match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.committed(rev, &recs, &deleted);
                     return Ok(());

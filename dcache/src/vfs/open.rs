@@ -315,9 +315,11 @@ impl Vfs {
             let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
             let sb = self.sb();
             let attr = super::dcache::fd_retry(sb, || sb.fs.create(dir.ino, name, perm, ctx))?;
-            self.acl_store_new(attr.ino, &acls)?;
+            // The dentry first: the file exists even if its inherited
+            // ACLs fail to store (as in create_common).
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
+            self.acl_store_new(attr.ino, &acls)?;
             return Ok((d, true));
         }
         if flags & libc::O_EXCL != 0 {

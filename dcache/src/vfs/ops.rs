@@ -8,6 +8,7 @@
 //! becomes negative or is unhashed (`d_delete`), a renamed one moves
 //! (`d_move`) under the global rename sequence count.
 
+use super::acl::NewAcls;
 use super::dcache::{d_delete, d_drop, d_instantiate, dput};
 use super::namei::WalkFlags;
 use super::path::check_path;
@@ -88,7 +89,10 @@ impl Vfs {
 
     /// The common shape of create/mkdir/mknod/symlink: lock the parent,
     /// look the name up, refuse if it exists, let `make` create it in the
-    /// backend, and instantiate the dentry.
+    /// backend, instantiate the dentry, then store the ACLs the new inode
+    /// inherits (`make` returns them; after the dentry, so a name the
+    /// backend made is in the cache even when they fail to store, and the
+    /// error is still returned).
     ///
     /// Permissions, in Linux's order: search on every directory walked
     /// (EACCES), the name must not exist (EEXIST), `pre` (link's own
@@ -100,7 +104,7 @@ impl Vfs {
         path: &[u8],
         dir_ok: bool,
         pre: impl FnOnce() -> Result<()>,
-        mut make: impl FnMut(&Inode, &[u8]) -> Result<Attr>,
+        mut make: impl FnMut(&Inode, &[u8]) -> Result<(Attr, NewAcls)>,
     ) -> Result<DentryRef<'v>> {
         let (parent, name, trailing) = self.walk_parent(cred, at, path)?;
         if name.is_empty() || is_dot_or_dotdot(name) {
@@ -117,9 +121,10 @@ impl Vfs {
         }
         pre()?;
         self.may_create_in(cred, dir)?;
-        let attr = super::dcache::fd_retry(self.sb(), || make(dir, name))?;
+        let (attr, acls) = super::dcache::fd_retry(self.sb(), || make(dir, name))?;
         d_instantiate(self.sb(), d.dentry(), &attr);
         self.refresh(dir);
+        self.acl_store_new(attr.ino, &acls)?;
         Ok(d)
     }
 
@@ -142,8 +147,7 @@ impl Vfs {
                 let (perm, acls) = self.acl_create(cred, dir, libc::S_IFREG, perm)?;
                 let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
                 let a = fs.create(dir.ino, name, perm, ctx)?;
-                self.acl_store_new(a.ino, &acls)?;
-                Ok(a)
+                Ok((a, acls))
             },
         )
         .map_err(|e| {
@@ -175,8 +179,7 @@ impl Vfs {
             |dir, name| {
                 let (perm, acls) = self.acl_create(cred, dir, libc::S_IFDIR, perm & 0o1777)?;
                 let a = fs.mkdir(dir.ino, name, perm, ctx)?;
-                self.acl_store_new(a.ino, &acls)?;
-                Ok(a)
+                Ok((a, acls))
             },
         )
     }
@@ -210,8 +213,7 @@ impl Vfs {
                 } else {
                     fs.mknod(dir.ino, name, kind, perm, rdev, ctx)?
                 };
-                self.acl_store_new(a.ino, &acls)?;
-                Ok(a)
+                Ok((a, acls))
             },
         )
     }
@@ -232,7 +234,7 @@ impl Vfs {
             path,
             false,
             || Ok(()),
-            |dir, name| fs.symlink(dir.ino, name, target, ctx),
+            |dir, name| Ok((fs.symlink(dir.ino, name, target, ctx)?, NewAcls::default())),
         )?;
         if let Some(i) = d.inode() {
             i.cache_link(target);
@@ -300,7 +302,7 @@ impl Vfs {
             if kind == FileType::Directory {
                 return Err(Errno::EPERM);
             }
-            fs.link(ino, dir.ino, name)
+            Ok((fs.link(ino, dir.ino, name)?, NewAcls::default()))
         })
     }
 
