@@ -113,9 +113,13 @@ impl EtcdServer {
     /// every key under it is deleted when this server is dropped (after
     /// the case's clients, which are declared before it).
     pub fn fresh_volume(&self) -> Result<String, String> {
+        self.fresh_volume_with(&dcache_etcd::FormatOptions::default())
+    }
+
+    /// `fresh_volume`, formatted with `opts` (an object store, say).
+    pub fn fresh_volume_with(&self, opts: &dcache_etcd::FormatOptions) -> Result<String, String> {
         let spec = self.fresh_spec();
-        dcache_etcd::format(&spec, &dcache_etcd::FormatOptions::default())
-            .map_err(|e| format!("etcd: {e}"))?;
+        dcache_etcd::format(&spec, opts).map_err(|e| format!("etcd: {e}"))?;
         self.volumes
             .lock()
             .unwrap_or_else(|e| e.into_inner())

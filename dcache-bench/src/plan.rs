@@ -16,6 +16,9 @@ pub const MAX_THREADS: usize = 4096;
 /// The longest measurement and warm-up accepted, in seconds.
 pub const MAX_SECONDS: u64 = 24 * 3600;
 
+/// The most MiB `data` may write (1 TiB).
+const MAX_MIB: u64 = 1 << 20;
+
 /// The most paths `stat-random` may build (the dcache's table stops
 /// growing at 2^26 buckets; memory is the real limit).
 pub const MAX_PATHS: u64 = 1 << 26;
@@ -186,6 +189,9 @@ pub fn plan(req: &Request, cpus: usize) -> Result<Plan, String> {
     }
     if req.options.paths == 0 || req.options.paths > MAX_PATHS {
         return Err(format!("--paths must be between 1 and {MAX_PATHS}"));
+    }
+    if req.options.mib == 0 || req.options.mib > MAX_MIB {
+        return Err(format!("--mib must be between 1 and {MAX_MIB}"));
     }
     if req.options.hold_ns > 1_000_000_000 || req.options.every_us > 1_000_000 {
         return Err("--hold-ns is limited to 1 s and --every-us to 1 s".into());

@@ -49,6 +49,8 @@ pub struct Options {
     /// `--etcd URL`: the etcd the `etcd` target uses (default: start a
     /// local single member for each case).
     pub etcd: Option<String>,
+    /// `--mib N`: how many MiB `data` writes and reads sequentially.
+    pub mib: u64,
 }
 
 impl Default for Options {
@@ -60,6 +62,7 @@ impl Default for Options {
             paths: 100_000,
             cred: None,
             etcd: None,
+            mib: 1024,
         }
     }
 }

@@ -31,20 +31,27 @@ fn etcd_cases_leave_nothing_behind() {
     // Stands for the user's cluster.
     let theirs = EtcdServer::start_or_use(None).unwrap();
     let url = theirs.url().to_string();
-    for workload in ["stat-same", "create", "mdtest"] {
+    for workload in ["stat-same", "create", "mdtest", "data"] {
         let req = Request {
             workload: Some(workload.into()),
             targets: Some("etcd".into()),
             threads: Some("1".into()),
             seconds: Some(1),
             warmup: Some(0.0),
+            // data: a small file in a local directory store.
+            variants: (workload == "data").then(|| "local".into()),
             options: Options {
                 etcd: Some(url.clone()),
+                mib: 8,
                 ..Options::default()
             },
             ..Request::default()
         };
-        dcache_bench::run(&req).unwrap_or_else(|e| panic!("{workload}: {e:?}"));
+        let runs = dcache_bench::run(&req).unwrap_or_else(|e| panic!("{workload}: {e:?}"));
+        assert!(
+            !runs.is_empty() && runs.iter().all(|r| r.ops_per_sec > 0.0),
+            "{workload}: a case measured nothing"
+        );
         assert_eq!(
             keys_under(&url, "/dcache-bench-"),
             0,

@@ -83,6 +83,9 @@ struct BenchArgs {
     /// stat-random: how many paths the tree holds (and the cache caches).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = Options::default().paths)]
     paths: u64,
+    /// data: MiB written and read sequentially (on the etcd target).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = Options::default().mib)]
+    mib: u64,
     /// stat and open workloads: act as this user (lib and kernel targets).
     #[arg(long, value_name = "UID:GID", value_parser = parse_cred)]
     cred: Option<(u32, u32)>,
@@ -189,6 +192,7 @@ fn bench_main(a: BenchArgs) -> i32 {
             paths: a.paths,
             cred: a.cred,
             etcd: a.etcd,
+            mib: a.mib,
         },
     };
     match dcache_bench::run(&req) {

@@ -7,6 +7,7 @@
 use super::workload::Workload;
 
 mod create;
+mod data;
 pub mod dup;
 pub mod kernfs;
 mod lockref;
@@ -31,6 +32,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &dup::FILE_SHARING,
     &create::CREATE,
     &mdtest::MDTEST,
+    &data::DATA,
 ];
 
 /// The workload called `name`.
