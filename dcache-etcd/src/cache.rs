@@ -60,6 +60,9 @@ pub struct CacheStats {
     pub watch_restarts: AtomicU64,
     /// Times the watch fell behind a compaction (everything revalidated).
     pub resyncs: AtomicU64,
+    /// Reads of a file's slice lists from etcd (object-store volumes; a
+    /// read whose lists were kept from an earlier one is not counted).
+    pub list_reads: AtomicU64,
     /// Changes by other clients (entries and inode records) reported to
     /// the Vfs, and through it to its frontend (the kernel, for a mount).
     pub invalidations: AtomicU64,
@@ -299,6 +302,23 @@ impl Cache {
             .get(&ino)
             .filter(|c| c.live)
             .map(|c| c.rec.clone())
+    }
+
+    /// The record of `ino` and the revision it was put at, if mirrored and
+    /// current (a file's lists are unchanged while it is, `fs::lists`).
+    pub fn rec_at(&self, ino: Ino) -> Option<(Rec, i64)> {
+        if !self.fresh() {
+            return None;
+        }
+        let m = self.recs.pin();
+        let r = m
+            .get(&ino)
+            .filter(|c| c.live)
+            .map(|c| (c.rec.clone(), c.mod_rev));
+        drop(m);
+        // Checked again after the read, as `attr` does: the watch may
+        // have stopped being current while the record was read.
+        r.filter(|_| self.fresh())
     }
 
     /// The extended attributes of `ino`, if mirrored and current (shared:

@@ -491,3 +491,67 @@ fn a_store_that_goes_down_fails_fsync_with_eio_and_loses_nothing_on_s3() {
          fsync in {synced:.1?}"
     );
 }
+
+/// Reads of an open file ask etcd once per chunk and version while the
+/// watch is current (holding a file open must not keep it from being
+/// current: the open record is written outside the watched range); a
+/// new open asks again, so it sees what another client closed before it
+/// (close-to-open), and a descriptor already open sees that within the
+/// staleness bound.
+#[test]
+fn reads_of_an_open_file_keep_its_lists_until_it_changes() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const T: &str = "reads_of_an_open_file_keep_its_lists_until_it_changes";
+    if !etcd_available(T) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, T) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/lists", &store);
+    let (_fa, a) = client(&spec, opts());
+    let (fb, b) = client(&spec, opts());
+    let f = a
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    f.write(0, &pattern(1, 0, MIB as usize)).unwrap();
+    f.close().unwrap();
+
+    let g = b.as_root().open(At::Root, "/f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    g.read(0, &mut buf).unwrap();
+    // The open record B wrote (after its open, in the background) must
+    // not leave its watch behind for good: past twice the bound, only a
+    // fence taken after the record was written can make it current.
+    std::thread::sleep(opts().staleness * 2);
+    assert!(
+        common::eventually(Duration::from_secs(5), || fb.is_current()).is_some(),
+        "B's watch is not current while it holds a file open"
+    );
+    let before = fb.stats().list_reads.load(Relaxed);
+    for k in 0..100u64 {
+        let off = (k * 7919 * 4096) % (MIB - 4096);
+        assert_eq!(g.read(off, &mut buf).unwrap(), 4096);
+        assert_eq!(buf, pattern(1, off, 4096), "at {off}");
+    }
+    assert_eq!(
+        fb.stats().list_reads.load(Relaxed),
+        before,
+        "reads of an unchanged open file asked etcd for its lists"
+    );
+
+    // A rewrites the file; a new open on B sees it at once.
+    let f = a.as_root().open(At::Root, "/f", libc::O_WRONLY, 0).unwrap();
+    f.write(0, &pattern(2, 0, MIB as usize)).unwrap();
+    f.close().unwrap();
+    let h = b.as_root().open(At::Root, "/f", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(h.read(4096, &mut buf).unwrap(), 4096);
+    assert_eq!(buf, pattern(2, 4096, 4096), "a new open read old data");
+    // The descriptor opened before: within the staleness bound.
+    common::eventually(Duration::from_secs(5), || {
+        g.read(8192, &mut buf).unwrap() == 4096 && buf == pattern(2, 8192, 4096)
+    })
+    .expect("the open descriptor never saw the rewrite");
+}

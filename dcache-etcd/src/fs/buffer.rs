@@ -16,6 +16,8 @@ pub(crate) struct Objects {
     pub store: Arc<dyn ObjectStore>,
     pub uuid: String,
     pub cache: ReadCache,
+    /// The slice lists read, per version of a file's record.
+    pub lists: super::lists::ListCache,
     files: Mutex<HashMap<Ino, Arc<FileBuf>>>,
     /// How many inodes have a buffer (read without the lock, so that a
     /// `getattr` with nothing buffered anywhere costs one load).
@@ -127,6 +129,7 @@ impl Objects {
             store,
             uuid,
             cache: ReadCache::new(cache_bytes),
+            lists: Default::default(),
             files: Mutex::default(),
             buffered: AtomicUsize::new(0),
             ids: Mutex::new((0, 0)),

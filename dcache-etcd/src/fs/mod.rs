@@ -30,6 +30,7 @@ mod collect;
 mod connect;
 mod data;
 mod lease;
+mod lists;
 mod locks;
 mod namespace;
 mod objdata;
@@ -445,6 +446,11 @@ impl FileSystem for EtcdFs {
 
     fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
         self.getattr(ino)?;
+        // Close-to-open: the first read after an open asks etcd, so it
+        // sees every write closed before the open (`lists`).
+        if let Some(o) = self.inner.objects.get() {
+            o.lists.forget(ino);
+        }
         if self.inner.keeps_unlinked() {
             self.inner.opens.opened(ino);
         }

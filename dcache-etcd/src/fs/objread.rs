@@ -5,6 +5,7 @@
 //! them.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use dcache::{Errno, Ino, Result, Timespec};
@@ -13,6 +14,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 
 use super::client::{delete, get, put, rec_of, same, Outcome};
+use super::lists::List;
 use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
 use super::Inner;
 use crate::codec::prefix_end;
@@ -34,33 +36,77 @@ impl Inner {
         if want == 0 {
             return Ok(0);
         }
-        let dl = self.deadline();
         let first = off / SLICE_CHUNK;
         let last = (off.saturating_add(want as u64) - 1) / SLICE_CHUNK;
-        let (_, rs) = self
+        let lists = &self.objects()?.lists;
+        // While the watch is current: the record from the mirror, the
+        // lists kept from an earlier read of that version (`lists`).
+        if let Some((rec, rev)) = self.cache.rec_at(ino) {
+            if let Some(kept) = lists.get(ino, rev, first, last) {
+                regular(&rec)?;
+                match self.assemble(rec.size, off, &kept, &mut buf[..want]).await {
+                    Ok(n) => return Ok(n),
+                    // An object gone: the lists were older than the
+                    // collector's grace. Ask etcd.
+                    Err(_) => lists.forget(ino),
+                }
+            }
+        }
+        self.cache.stats.list_reads.fetch_add(1, Ordering::Relaxed);
+        let (read_rev, rs) = self
             .read(
-                dl,
+                self.deadline(),
                 vec![
                     get(self.keys.inode(ino)),
                     self.lists_range(ino, first, last),
                 ],
             )
             .await?;
-        let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        let (rec, rev) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
         regular(&rec)?;
-        if off >= rec.size {
+        // The mirror then holds the version the lists belong to.
+        self.cache.record(ino, Some((&rec, rev)), read_rev);
+        // Every chunk of the range, a missing list as an empty one (a hole).
+        let mut read: Vec<(u64, List)> = Vec::with_capacity((last - first + 1) as usize);
+        let mut next = first;
+        for kv in rs[1].kvs() {
+            let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+            while next < idx {
+                read.push((next, List::from(Vec::new())));
+                next += 1;
+            }
+            read.push((idx, slices::flatten(&slices::decode(kv.value())?).into()));
+            next = idx + 1;
+        }
+        while next <= last {
+            read.push((next, List::from(Vec::new())));
+            next += 1;
+        }
+        lists.put(ino, rev, &read);
+        self.assemble(rec.size, off, &read, &mut buf[..want]).await
+    }
+
+    /// Fill `out` with the file's bytes from `off` (at most to `size`)
+    /// from the flattened lists of the chunks it spans; returns the count.
+    async fn assemble(
+        &self,
+        size: u64,
+        off: u64,
+        lists: &[(u64, List)],
+        out: &mut [u8],
+    ) -> Result<usize> {
+        if off >= size {
             return Ok(0);
         }
-        let n = (rec.size - off).min(want as u64) as usize;
-        let out = &mut buf[..n];
+        let n = (size - off).min(out.len() as u64) as usize;
+        let out = &mut out[..n];
         out.fill(0);
         let hi = off + n as u64;
         // (object, offset in it, length, offset in `out`)
         let mut copies = Vec::new();
-        for kv in rs[1].kvs() {
-            let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+        for (idx, list) in lists {
             let base = idx * SLICE_CHUNK;
-            for s in slices::flatten(&slices::decode(kv.value())?) {
+            for s in list.iter() {
                 let (a, b) = ((base + s.pos).max(off), (base + s.end()).min(hi));
                 if a < b {
                     copies.push((s.id, s.off + (a - base - s.pos), b - a, a - off));

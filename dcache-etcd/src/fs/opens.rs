@@ -16,6 +16,7 @@
 //! cost other clients nothing.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,10 +139,22 @@ impl Inner {
                 )
                 .collect();
             for chunk in ops.chunks(OPS_PER_TXN) {
+                // With this client's marker, as every transaction of its
+                // has: the records are outside the watched range, and a
+                // revision no watch sees an event at would keep every
+                // client's fences waiting (`crate::progress`) until the
+                // volume changed again.
+                let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
+                let marker = TxnOp::put(
+                    self.keys.op_marker(&self.client_id),
+                    seq.to_le_bytes().to_vec(),
+                    Some(opts.clone()),
+                );
                 let txn = etcd_client::Txn::new().and_then(
                     chunk
                         .iter()
                         .map(|(_, _, op)| op.clone())
+                        .chain([marker])
                         .collect::<Vec<_>>(),
                 );
                 let mut kv = self.client.kv_client();
