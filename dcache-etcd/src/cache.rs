@@ -60,6 +60,16 @@ pub struct CacheStats {
     pub watch_restarts: AtomicU64,
     /// Times the watch fell behind a compaction (everything revalidated).
     pub resyncs: AtomicU64,
+    /// Linearizable reads (`Inner::read`) answered, and the time from
+    /// sending each to its answer, summed.
+    pub reads: AtomicU64,
+    pub read_ns: AtomicU64,
+    /// Transactions with compares answered (the time from sending each
+    /// to its answer summed in `commit_ns`), and how many of them found
+    /// a compare false (a concurrent change: read again, recompute).
+    pub commits: AtomicU64,
+    pub commit_ns: AtomicU64,
+    pub conflicts: AtomicU64,
     /// Reads of a file's slice lists from etcd (object-store volumes; a
     /// read whose lists were kept from an earlier one is not counted).
     pub list_reads: AtomicU64,

@@ -80,11 +80,31 @@ impl Case for CreateCase {
     fn summary(&self, r: &RunResult) -> Option<String> {
         let failed = self.failed.load(Ordering::Relaxed);
         let clients = self.clients.len();
+        // Where a create's time went, summed over the clients (warm-up
+        // included): its reads and its transactions, and the conflicts
+        // that sent it back to read again.
+        let sum = |f: fn(&dcache_etcd::CacheStats) -> &AtomicU64| -> u64 {
+            self.clients
+                .iter()
+                .map(|c| f(c.fs.stats()).load(Ordering::Relaxed))
+                .sum()
+        };
+        let made = (self.next.load(Ordering::Relaxed) - failed).max(1) as f64;
+        let (reads, read_ns) = (sum(|s| &s.reads), sum(|s| &s.read_ns));
+        let (commits, commit_ns) = (sum(|s| &s.commits), sum(|s| &s.commit_ns));
+        let conflicts = sum(|s| &s.conflicts);
+        let avg_us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
         Some(format!(
             "{:.0} creates/s with {clients} client{} on one etcd ({failed} failed, \
-             warm-up included)",
+             warm-up included); per create: {:.2} reads of {:.0} us, {:.2} transactions \
+             of {:.0} us, {:.2} conflicts",
             r.ops_per_sec,
-            if clients == 1 { "" } else { "s" }
+            if clients == 1 { "" } else { "s" },
+            reads as f64 / made,
+            avg_us(read_ns, reads),
+            commits as f64 / made,
+            avg_us(commit_ns, commits),
+            conflicts as f64 / made,
         ))
     }
 }

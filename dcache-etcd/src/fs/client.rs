@@ -202,10 +202,15 @@ impl Inner {
         loop {
             let lim = self.attempt_limit(dl)?;
             let mut kv = self.client.kv_client();
+            let t = std::time::Instant::now();
             match tokio::time::timeout(lim, kv.txn(txn.clone())).await {
                 Ok(Ok(resp)) => {
                     let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                     self.cache.note_read(rev);
+                    let st = &self.cache.stats;
+                    st.reads.fetch_add(1, Ordering::Relaxed);
+                    st.read_ns
+                        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     let gets = resp
                         .op_responses()
                         .into_iter()
@@ -331,13 +336,19 @@ impl Inner {
                 }
             } else {
                 sent_on = self.lease_id();
+                let t = std::time::Instant::now();
                 match tokio::time::timeout(lim, kv.txn(with_lease(ops.clone(), sent_on))).await {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
+                        let st = &self.cache.stats;
+                        st.commits.fetch_add(1, Ordering::Relaxed);
+                        st.commit_ns
+                            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                         return Ok(if resp.succeeded() {
                             Outcome::Committed(rev)
                         } else {
+                            st.conflicts.fetch_add(1, Ordering::Relaxed);
                             Outcome::Conflict
                         });
                     }

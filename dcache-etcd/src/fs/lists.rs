@@ -133,6 +133,9 @@ mod tests {
         }
         let l = c.inner.lock().unwrap();
         assert!(l.count <= MAX_LISTS);
-        assert_eq!(l.count, l.files.values().map(|v| v.chunks.len()).sum::<usize>());
+        assert_eq!(
+            l.count,
+            l.files.values().map(|v| v.chunks.len()).sum::<usize>()
+        );
     }
 }
