@@ -18,6 +18,8 @@ pub(crate) struct Objects {
     pub cache: ReadCache,
     /// The slice lists read, per version of a file's record.
     pub lists: super::lists::ListCache,
+    /// How each file is being read (whole objects or ranges).
+    pub pattern: super::objread::ReadPattern,
     files: Mutex<HashMap<Ino, Arc<FileBuf>>>,
     /// How many inodes have a buffer (read without the lock, so that a
     /// `getattr` with nothing buffered anywhere costs one load).
@@ -130,6 +132,7 @@ impl Objects {
             uuid,
             cache: ReadCache::new(cache_bytes),
             lists: Default::default(),
+            pattern: Default::default(),
             files: Mutex::default(),
             buffered: AtomicUsize::new(0),
             ids: Mutex::new((0, 0)),
@@ -229,6 +232,12 @@ impl ReadCache {
         c.by_use.remove(&old);
         c.by_use.insert(tick, id);
         Some(b)
+    }
+
+    /// Whether `id` is held (its place in the order unchanged).
+    pub fn contains(&self, id: u64) -> bool {
+        let c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        c.by_id.contains_key(&id)
     }
 
     pub fn put(&self, id: u64, b: Bytes) {

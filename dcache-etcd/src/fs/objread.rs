@@ -38,13 +38,18 @@ impl Inner {
         }
         let first = off / SLICE_CHUNK;
         let last = (off.saturating_add(want as u64) - 1) / SLICE_CHUNK;
-        let lists = &self.objects()?.lists;
+        let o = self.objects()?;
+        let lists = &o.lists;
+        let whole = o.pattern.whole_objects(ino, off, want);
         // While the watch is current: the record from the mirror, the
         // lists kept from an earlier read of that version (`lists`).
         if let Some((rec, rev)) = self.cache.rec_at(ino) {
             if let Some(kept) = lists.get(ino, rev, first, last) {
                 regular(&rec)?;
-                match self.assemble(rec.size, off, &kept, &mut buf[..want]).await {
+                match self
+                    .assemble(rec.size, off, &kept, &mut buf[..want], whole)
+                    .await
+                {
                     Ok(n) => return Ok(n),
                     // An object gone: the lists were older than the
                     // collector's grace. Ask etcd.
@@ -83,17 +88,21 @@ impl Inner {
             next += 1;
         }
         lists.put(ino, rev, &read);
-        self.assemble(rec.size, off, &read, &mut buf[..want]).await
+        self.assemble(rec.size, off, &read, &mut buf[..want], whole)
+            .await
     }
 
     /// Fill `out` with the file's bytes from `off` (at most to `size`)
     /// from the flattened lists of the chunks it spans; returns the count.
+    /// `whole`: objects not cached are fetched whole and cached (reads in
+    /// sequence); otherwise only the bytes wanted are (ranged GETs).
     async fn assemble(
         &self,
         size: u64,
         off: u64,
         lists: &[(u64, List)],
         out: &mut [u8],
+        whole: bool,
     ) -> Result<usize> {
         if off >= size {
             return Ok(0);
@@ -113,7 +122,16 @@ impl Inner {
                 }
             }
         }
-        let ids: BTreeSet<u64> = copies.iter().map(|c| c.0).collect();
+        if !whole {
+            return self.assemble_ranges(copies, out).await.map(|()| n);
+        }
+        let mut ids: BTreeSet<u64> = copies.iter().map(|c| c.0).collect();
+        // Read-ahead: a read in sequence that must go to the store fetches
+        // the objects that follow it too, in the same parallel round.
+        let o = self.objects()?;
+        if ids.iter().any(|&id| !o.cache.contains(id)) {
+            ids.extend(ahead(lists, hi, &ids, |id| o.cache.contains(id)));
+        }
         let objs = self.fetch_objects(ids).await?;
         for (id, from, len, at) in copies {
             let b = objs.get(&id).ok_or(Errno::EIO)?;
@@ -122,6 +140,49 @@ impl Inner {
             out[at..at + len].copy_from_slice(src);
         }
         Ok(n)
+    }
+
+    /// The `copies` (object, offset in it, length, offset in `out`) from
+    /// the objects cached, and the rest as ranged GETs of just their
+    /// bytes, at most [`PARALLEL`] at a time, not cached.
+    async fn assemble_ranges(
+        &self,
+        copies: Vec<(u64, u64, u64, u64)>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let o = self.objects()?;
+        let mut ranged = Vec::new();
+        for c @ (id, from, len, at) in copies {
+            match o.cache.get(id) {
+                Some(b) => {
+                    let (from, len, at) = (from as usize, len as usize, at as usize);
+                    let src = b.get(from..from + len).ok_or(Errno::EIO)?;
+                    out[at..at + len].copy_from_slice(src);
+                }
+                None => ranged.push(c),
+            }
+        }
+        let gets = stream::iter(ranged.into_iter().map(|(id, from, len, at)| {
+            let path = Path::from(slices::object_path(&o.uuid, id));
+            let store = o.store.clone();
+            async move {
+                let b = store.get_range(&path, from..from + len).await?;
+                Ok::<_, object_store::Error>((at as usize, len as usize, b))
+            }
+        }))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<_>>();
+        let fetched = match tokio::time::timeout(self.store_limit(), gets).await {
+            Ok(r) => r.map_err(store_err)?,
+            Err(_) => return Err(Errno::EIO),
+        };
+        for (at, len, b) in fetched {
+            if b.len() != len {
+                return Err(Errno::EIO);
+            }
+            out[at..at + len].copy_from_slice(&b);
+        }
+        Ok(())
     }
 
     /// Whole objects, from the read cache or the store.
@@ -326,5 +387,119 @@ impl Inner {
         } else {
             Ok(cur.min(rec.size))
         }
+    }
+}
+
+/// Objects fetched ahead of a read in sequence that missed the cache.
+const AHEAD: usize = 3;
+
+/// The first [`AHEAD`] objects, in file order, named by slices of `lists`
+/// that start at or past `hi`, leaving out those in `have` and those
+/// `cached`.
+fn ahead(
+    lists: &[(u64, List)],
+    hi: u64,
+    have: &BTreeSet<u64>,
+    cached: impl Fn(u64) -> bool,
+) -> Vec<u64> {
+    let mut next: Vec<(u64, u64)> = lists
+        .iter()
+        .flat_map(|(idx, l)| l.iter().map(move |s| (idx * SLICE_CHUNK + s.pos, s.id)))
+        .filter(|&(at, id)| at >= hi && !have.contains(&id))
+        .collect();
+    next.sort_unstable();
+    let mut out: Vec<u64> = Vec::with_capacity(AHEAD);
+    for (_, id) in next {
+        if out.len() == AHEAD {
+            break;
+        }
+        if !out.contains(&id) && !cached(id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// How a client has been reading each file, to choose between fetching
+/// whole objects (kept in the read cache: one GET serves the reads that
+/// follow in sequence) and fetching just the bytes a read wants (a random
+/// 4 KiB read would otherwise move a whole 4 MiB object).
+#[derive(Default)]
+pub(crate) struct ReadPattern {
+    /// Inode -> where its last read ended.
+    ends: std::sync::Mutex<HashMap<Ino, u64>>,
+}
+
+/// A read starting this close to the previous one's end counts as in
+/// sequence (a FUSE mount's read-ahead may deliver reads out of order).
+const NEAR: u64 = 1 << 20;
+/// Reads at least this long fetch whole objects wherever they start.
+const LONG: usize = 1 << 20;
+/// At most this many files are followed; past it they are forgotten.
+const FOLLOWED: usize = 4096;
+
+impl ReadPattern {
+    /// Whether a read of `len` bytes at `off` of `ino` should fetch whole
+    /// objects: a long read, a file's first read, or one that continues
+    /// near where the last one ended. Notes where this one ends.
+    pub fn whole_objects(&self, ino: Ino, off: u64, len: usize) -> bool {
+        let mut e = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        if e.len() >= FOLLOWED && !e.contains_key(&ino) {
+            e.clear();
+        }
+        let prev = e.insert(ino, off.saturating_add(len as u64));
+        len >= LONG || prev.is_none_or(|end| off.abs_diff(end) <= NEAR)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slices::Slice;
+
+    #[test]
+    fn read_ahead_takes_the_next_objects_in_file_order() {
+        let sl = |id, pos| Slice {
+            id,
+            pos,
+            len: 4 << 20,
+            off: 0,
+        };
+        // Chunk 0 lists its slices out of order; chunk 1 follows.
+        let lists: Vec<(u64, List)> = vec![
+            (
+                0,
+                vec![
+                    sl(12, 8 << 20),
+                    sl(10, 0),
+                    sl(11, 4 << 20),
+                    sl(13, 12 << 20),
+                ]
+                .into(),
+            ),
+            (1, vec![sl(20, 0)].into()),
+        ];
+        let have: BTreeSet<u64> = [10].into();
+        assert_eq!(ahead(&lists, 4 << 20, &have, |_| false), vec![11, 12, 13]);
+        assert_eq!(
+            ahead(&lists, 4 << 20, &have, |id| id == 12),
+            vec![11, 13, 20]
+        );
+        assert!(ahead(&lists, 200 << 20, &have, |_| false).is_empty());
+    }
+
+    #[test]
+    fn reads_in_sequence_fetch_whole_objects_and_scattered_ones_ranges() {
+        let p = ReadPattern::default();
+        assert!(p.whole_objects(1, 0, 4096), "a first read");
+        assert!(p.whole_objects(1, 4096, 4096), "in sequence");
+        assert!(
+            p.whole_objects(1, 8192 + 65536, 4096),
+            "near: read-ahead out of order"
+        );
+        assert!(!p.whole_objects(1, 700 << 20, 4096), "a jump");
+        assert!(!p.whole_objects(1, 300 << 20, 4096), "another");
+        assert!(p.whole_objects(1, 300 << 20, LONG), "a long read");
+        assert!(p.whole_objects(2, 500 << 20, 4096), "each file on its own");
     }
 }
