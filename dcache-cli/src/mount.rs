@@ -29,6 +29,8 @@ etcd_unreachable=S      etcd: EIO at once after no member answered for S seconds
 etcd_staleness=S        etcd: seconds a cached answer may lag other hosts' changes (default 1)
 etcd_lease_ttl=S        etcd: seconds this host's session outlives it (default 10; at least 2)
 etcd_gc_grace=S         etcd with an object store: seconds removed data is kept for readers (default 60; at least 1)
+etcd_cache_dir=DIR      etcd with an object store: also keep objects read on disk, in DIR/<volume uuid>
+etcd_cache_size=MIB     the most the cache directory holds (default 4096)
 ";
 
 /// What `dcache mount --help` shows after the arguments: the `-o` options.
@@ -60,13 +62,28 @@ fn split_etcd_options(
             rest.push(one.to_string());
             continue;
         };
+        let o = etcd.get_or_insert_with(dcache_etcd::Options::default);
+        match key {
+            "etcd_cache_dir" if !v.is_empty() => {
+                o.read_cache_dir = Some(v.into());
+                continue;
+            }
+            "etcd_cache_size" => {
+                o.read_cache_dir_bytes = v
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|m| m.checked_mul(1 << 20))
+                    .ok_or_else(|| format!("bad value for {key}: {v:?} (MiB)"))?;
+                continue;
+            }
+            _ => {}
+        }
         let secs = v
             .parse::<f64>()
             .ok()
             .filter(|s| (0.0..=1e6).contains(s))
             .ok_or_else(|| format!("bad value for {key}: {v:?} (0 to 1e6 seconds)"))?;
         let d = Duration::from_secs_f64(secs);
-        let o = etcd.get_or_insert_with(dcache_etcd::Options::default);
         match key {
             "etcd_timeout" if !d.is_zero() => o.timeout = d,
             "etcd_unreachable" => o.unreachable_after = Some(d),
@@ -264,7 +281,18 @@ mod tests {
         assert_eq!(o.unreachable_after, Some(Duration::from_millis(250)));
         assert_eq!(o.staleness, dcache_etcd::Options::default().staleness);
         assert!(split_etcd_options(&["ro".into()]).unwrap().1.is_none());
+        let (_, o) =
+            split_etcd_options(&["etcd_cache_dir=/var/cache/d,etcd_cache_size=512".into()])
+                .unwrap();
+        let o = o.unwrap();
+        assert_eq!(
+            o.read_cache_dir.as_deref(),
+            Some(std::path::Path::new("/var/cache/d"))
+        );
+        assert_eq!(o.read_cache_dir_bytes, 512 << 20);
         for bad in [
+            "etcd_cache_dir=",
+            "etcd_cache_size=-1",
             "etcd_timeout=0",
             "etcd_timeout=x",
             "etcd_lease_ttl=1",

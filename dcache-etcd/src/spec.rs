@@ -48,6 +48,14 @@ pub struct Options {
     /// after a read (objects never change, so what is kept is never
     /// stale).
     pub read_cache_bytes: u64,
+    /// Object-store volumes: a local directory that keeps objects read
+    /// (in `<dir>/<volume uuid>/`), so that a restarted client, or one
+    /// whose memory cache let them go, reads them from disk instead of
+    /// the store. `None`: memory only.
+    pub read_cache_dir: Option<std::path::PathBuf>,
+    /// The most bytes `read_cache_dir` holds (least recently used out
+    /// first).
+    pub read_cache_dir_bytes: u64,
 }
 
 impl Default for Options {
@@ -60,6 +68,8 @@ impl Default for Options {
             lease_ttl: Duration::from_secs(10),
             gc_grace: Duration::from_secs(60),
             read_cache_bytes: 256 << 20,
+            read_cache_dir: None,
+            read_cache_dir_bytes: 4 << 30,
         }
     }
 }

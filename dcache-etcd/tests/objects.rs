@@ -555,3 +555,100 @@ fn reads_of_an_open_file_keep_its_lists_until_it_changes() {
     })
     .expect("the open descriptor never saw the rewrite");
 }
+
+/// With `read_cache_dir`, objects read are kept on disk: a new client on
+/// the same directory reads the file (whole and in 4 KiB pieces) with the
+/// store gone, where a client without it gets EIO.
+#[test]
+fn a_cache_directory_serves_a_restarted_client_without_the_store() {
+    const T: &str = "a_cache_directory_serves_a_restarted_client_without_the_store";
+    if !etcd_available(T) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, T) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/diskcache", &store);
+    let cache = tempfile::tempdir().unwrap();
+    let cached = || Options {
+        read_cache_dir: Some(cache.path().to_path_buf()),
+        ..opts()
+    };
+    let size = 12 * MIB as usize;
+    let (_fa, a) = client(&spec, opts());
+    let f = a
+        .as_root()
+        .open(At::Root, "/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    assert_eq!(f.write(0, &pattern(3, 0, size)).unwrap(), size);
+    f.close().unwrap();
+    let read = |v: &dcache::Vfs| -> Result<Vec<u8>, Errno> {
+        let g = v.as_root().open(At::Root, "/f", libc::O_RDONLY, 0)?;
+        let mut out = vec![0u8; size];
+        let mut at = 0;
+        while at < size {
+            let n = g.read(at as u64, &mut out[at..at + MIB as usize])?;
+            assert!(n > 0);
+            at += n;
+        }
+        Ok(out)
+    };
+    {
+        let (_fb, b) = client(&spec, cached());
+        assert_eq!(read(&b).unwrap(), pattern(3, 0, size));
+    }
+    // Written behind the reads: wait for the three 4 MiB objects.
+    let held = || -> u64 {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    common::eventually(Duration::from_secs(10), || held() == size as u64)
+        .expect("the objects never reached the cache directory");
+
+    // The store's objects go away (the directory stays: a client refuses
+    // to connect to a volume whose data directory is missing).
+    let moved = format!("{}.away", store.url);
+    std::fs::create_dir(&moved).unwrap();
+    let entries: Vec<_> = std::fs::read_dir(&store.url)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!entries.is_empty());
+    for e in &entries {
+        std::fs::rename(
+            std::path::Path::new(&store.url).join(e),
+            std::path::Path::new(&moved).join(e),
+        )
+        .unwrap();
+    }
+    let (_fc, c) = client(&spec, cached());
+    assert_eq!(
+        read(&c).unwrap(),
+        pattern(3, 0, size),
+        "from the cache directory"
+    );
+    let g = c.as_root().open(At::Root, "/f", libc::O_RDONLY, 0).unwrap();
+    let mut page = vec![0u8; 4096];
+    for off in [9 * MIB + 4096, 123 * 4096, 5 * MIB] {
+        assert_eq!(g.read(off, &mut page).unwrap(), 4096);
+        assert_eq!(page, pattern(3, off, 4096), "a 4 KiB read at {off}");
+    }
+    let (_fd, d) = client(&spec, opts());
+    assert_eq!(
+        read(&d).unwrap_err(),
+        Errno::EIO,
+        "no cache: the store is gone"
+    );
+    for e in &entries {
+        std::fs::rename(
+            std::path::Path::new(&moved).join(e),
+            std::path::Path::new(&store.url).join(e),
+        )
+        .unwrap();
+    }
+    std::fs::remove_dir(&moved).unwrap();
+}

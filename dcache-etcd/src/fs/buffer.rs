@@ -11,11 +11,15 @@ use bytes::Bytes;
 use dcache::{Ino, Timespec};
 use object_store::ObjectStore;
 
+use super::diskcache::DiskCache;
+
 /// The object store of a volume and this client's state for it.
 pub(crate) struct Objects {
     pub store: Arc<dyn ObjectStore>,
     pub uuid: String,
     pub cache: ReadCache,
+    /// The local directory under it (`Options::read_cache_dir`).
+    pub disk: Option<Arc<DiskCache>>,
     /// The slice lists read, per version of a file's record.
     pub lists: super::lists::ListCache,
     /// How each file is being read (whole objects or ranges).
@@ -126,11 +130,17 @@ impl Dirty {
 }
 
 impl Objects {
-    pub fn new(store: Arc<dyn ObjectStore>, uuid: String, cache_bytes: u64) -> Objects {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        uuid: String,
+        cache_bytes: u64,
+        disk: Option<Arc<DiskCache>>,
+    ) -> Objects {
         Objects {
             store,
             uuid,
             cache: ReadCache::new(cache_bytes),
+            disk,
             lists: Default::default(),
             pattern: Default::default(),
             files: Mutex::default(),

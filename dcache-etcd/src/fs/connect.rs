@@ -12,6 +12,7 @@ use etcd_client::{Client, GetOptions};
 use tokio::runtime::Runtime;
 
 use super::buffer::Objects;
+use super::diskcache::DiskCache;
 use super::{run_on, EtcdFs, Inner};
 use crate::cache::Cache;
 use crate::codec::Keys;
@@ -146,9 +147,22 @@ impl EtcdFs {
                 ));
             }
             let cache = inner.opts.read_cache_bytes;
+            let disk = match &inner.opts.read_cache_dir {
+                Some(dir) => Some(Arc::new(
+                    DiskCache::open(dir, &record.uuid, inner.opts.read_cache_dir_bytes).map_err(
+                        |e| {
+                            Error::new(
+                                Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+                                format!("read cache directory {}: {e}", dir.display()),
+                            )
+                        },
+                    )?,
+                )),
+                None => None,
+            };
             let _ = inner
                 .objects
-                .set(Objects::new(store, record.uuid.clone(), cache));
+                .set(Objects::new(store, record.uuid.clone(), cache, disk));
         }
         let i = inner.clone();
         run_on(&rt, async move {

@@ -29,6 +29,7 @@ mod client;
 mod collect;
 mod connect;
 mod data;
+mod diskcache;
 mod lease;
 mod lists;
 mod locks;

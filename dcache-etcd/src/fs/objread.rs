@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use dcache::{Errno, Ino, Result, Timespec};
@@ -14,6 +15,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 
 use super::client::{delete, get, put, rec_of, same, Outcome};
+use super::diskcache::DiskCache;
 use super::lists::List;
 use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
 use super::Inner;
@@ -165,8 +167,12 @@ impl Inner {
         let gets = stream::iter(ranged.into_iter().map(|(id, from, len, at)| {
             let path = Path::from(slices::object_path(&o.uuid, id));
             let store = o.store.clone();
+            let disk = o.disk.clone();
             async move {
-                let b = store.get_range(&path, from..from + len).await?;
+                let b = match on_disk(&disk, move |d| d.get_range(id, from, len)).await {
+                    Some(b) => b,
+                    None => store.get_range(&path, from..from + len).await?,
+                };
                 Ok::<_, object_store::Error>((at as usize, len as usize, b))
             }
         }))
@@ -201,9 +207,13 @@ impl Inner {
         let gets = stream::iter(missing.into_iter().map(|id| {
             let path = Path::from(slices::object_path(&o.uuid, id));
             let store = o.store.clone();
+            let disk = o.disk.clone();
             async move {
+                if let Some(b) = on_disk(&disk, move |d| d.get(id)).await {
+                    return Ok((id, b, true));
+                }
                 let b = store.get(&path).await?.bytes().await?;
-                Ok::<_, object_store::Error>((id, b))
+                Ok::<_, object_store::Error>((id, b, false))
             }
         }))
         .buffer_unordered(PARALLEL)
@@ -212,8 +222,13 @@ impl Inner {
             Ok(r) => r.map_err(store_err)?,
             Err(_) => return Err(Errno::EIO),
         };
-        for (id, b) in fetched {
+        for (id, b, from_disk) in fetched {
             o.cache.put(id, b.clone());
+            if let (Some(d), false) = (&o.disk, from_disk) {
+                // Written behind the read: nothing waits for the disk.
+                let (d, b) = (d.clone(), b.clone());
+                tokio::task::spawn_blocking(move || d.put(id, &b));
+            }
             got.insert(id, b);
         }
         Ok(got)
@@ -388,6 +403,19 @@ impl Inner {
             Ok(cur.min(rec.size))
         }
     }
+}
+
+/// `f` on the disk cache, if there is one, off the runtime's threads;
+/// `None`: no cache, a miss, or the task failed.
+async fn on_disk(
+    disk: &Option<Arc<DiskCache>>,
+    f: impl FnOnce(&DiskCache) -> Option<Bytes> + Send + 'static,
+) -> Option<Bytes> {
+    let d = disk.clone()?;
+    tokio::task::spawn_blocking(move || f(&d))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Objects fetched ahead of a read in sequence that missed the cache.
