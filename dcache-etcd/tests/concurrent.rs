@@ -452,3 +452,100 @@ fn answer_as_one_namespace(store: Option<&TestStore>) {
     };
     common::eventually(Duration::from_secs(5), agree).expect("the clients converge");
 }
+
+/// Creates in one directory from two clients all land, each listed once,
+/// and an rmdir racing a create in the directory never leaves a name in
+/// a removed directory: either the rmdir fails with ENOTEMPTY or the
+/// create with ENOENT.
+#[test]
+fn creates_in_one_directory_and_rmdir_race_soundly() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const T: &str = "creates_in_one_directory_and_rmdir_race_soundly";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/samedir");
+    let (fa, a) = client(&spec, Options::default());
+    let (fb, b) = client(&spec, Options::default());
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    let conflicts = || fa.stats().conflicts.load(Relaxed) + fb.stats().conflicts.load(Relaxed);
+    let before = conflicts();
+    let per = 150;
+    std::thread::scope(|s| {
+        for (c, v) in [&a, &b].into_iter().enumerate() {
+            s.spawn(move || {
+                for i in 0..per {
+                    v.as_root()
+                        .create(At::Root, format!("/d/c{c}-{i}"), 0o644)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    // Each create rewrites the directory's record, so racing ones
+    // conflict and retry (`dcache bench create` prints how often).
+    println!(
+        "{} creates in one directory from two clients: {} conflicts",
+        2 * per,
+        conflicts() - before
+    );
+    let mut n = 0;
+    a.as_root()
+        .readdir(At::Root, "/d", 0, &mut |e| {
+            n += (e.name[0] == b'c') as usize;
+            true
+        })
+        .unwrap();
+    assert_eq!(n, 2 * per, "every create listed once");
+
+    let barrier = Barrier::new(2);
+    let (mut removed, mut created) = (0, 0);
+    for i in 0..40 {
+        let dir = format!("/r{i}");
+        a.as_root().mkdir(At::Root, &dir, 0o755).unwrap();
+        // B knows the directory before the race.
+        common::eventually(Duration::from_secs(5), || {
+            b.as_root().stat(At::Root, &dir).is_ok()
+        })
+        .expect("B sees the directory");
+        let (rm, mk) = std::thread::scope(|s| {
+            let rm = s.spawn(|| {
+                barrier.wait();
+                a.as_root().rmdir(At::Root, &dir)
+            });
+            let mk = s.spawn(|| {
+                barrier.wait();
+                b.as_root().create(At::Root, format!("{dir}/f"), 0o644)
+            });
+            (rm.join().unwrap(), mk.join().unwrap())
+        });
+        match (rm, mk) {
+            (Ok(()), Err(e)) => {
+                assert_eq!(e, Errno::ENOENT, "round {i}");
+                removed += 1;
+            }
+            (Err(e), Ok(_)) => {
+                assert_eq!(e, Errno::ENOTEMPTY, "round {i}");
+                created += 1;
+            }
+            other => panic!("round {i}: rmdir and create both {other:?}"),
+        }
+    }
+    println!("rmdir against create: rmdir won {removed}, create won {created}");
+    // No entry is left under a removed directory: a fresh client lists
+    // every surviving directory with its file, and nothing else.
+    let (_fc, c) = client(&spec, Options::default());
+    let mut dirs = 0;
+    c.as_root()
+        .readdir(At::Root, "/", 0, &mut |e| {
+            dirs += (e.name[0] == b'r') as usize;
+            true
+        })
+        .unwrap();
+    assert_eq!(dirs, created);
+    let keys = common::keys_under(&etcd.endpoint(0), "/samedir/");
+    let entries = keys.iter().filter(|k| k.starts_with("/samedir/d/")).count();
+    // /d, its 300 files, and per surviving /rN: its name and its file.
+    assert_eq!(entries, 1 + 2 * per + 2 * created, "{keys:?}");
+}

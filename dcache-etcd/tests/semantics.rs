@@ -208,3 +208,31 @@ fn bad_specs_are_einval() {
     assert_eq!(r.err().map(|e| e.errno), Some(Errno::EIO));
     assert!(t.elapsed() < Duration::from_secs(10));
 }
+
+/// A create changes its directory's mtime and ctime, a new subdirectory
+/// its link count too, on the creating client and the other.
+#[test]
+fn creates_update_the_directory_times() {
+    if !etcd_available("creates_update_the_directory_times") {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/times");
+    let (_fa, a) = client(&spec, Options::default());
+    let (_fb, b) = client(&spec, Options::default());
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    let times = |v: &dcache::Vfs| {
+        let s = v.as_root().stat(At::Root, "/d").unwrap();
+        (s.mtime, s.ctime, s.nlink)
+    };
+    let t0 = times(&a);
+    std::thread::sleep(Duration::from_millis(250));
+    a.as_root().create(At::Root, "/d/f", 0o644).unwrap();
+    let t1 = times(&a);
+    assert!(t1.0 > t0.0 && t1.1 > t0.1, "{t0:?} -> {t1:?}");
+    std::thread::sleep(Duration::from_millis(250));
+    a.as_root().mkdir(At::Root, "/d/s", 0o755).unwrap();
+    let t2 = times(&a);
+    assert!(t2.0 > t1.0 && t2.2 == t1.2 + 1, "{t1:?} -> {t2:?}");
+    eventually(Duration::from_secs(5), || times(&b) == t2).expect("B sees the new times");
+}
