@@ -207,6 +207,12 @@ impl Keys {
     pub fn op_marker(&self, client: &str) -> Vec<u8> {
         self.k(&[b"/o/", client.as_bytes()])
     }
+    /// Put with every write of a client's open records (which are outside
+    /// the watched range): a watched key, so that the revision has an
+    /// event; not the marker, whose value resolves a lost commit.
+    pub fn opens_marker(&self, client: &str) -> Vec<u8> {
+        self.k(&[b"/o/", client.as_bytes(), b"/opens"])
+    }
 }
 
 /// The end of the range of keys starting with `prefix` (etcd's
@@ -614,7 +620,14 @@ mod tests {
         assert_eq!(Keys::new("/y").parse_entry(&e), None);
         // Everything but file data is watched.
         let (lo, hi) = (k.watched(), k.watched_end());
-        for key in [e, k.inode(1), k.session("c"), k.op_marker("c"), k.parent(9)] {
+        for key in [
+            e,
+            k.inode(1),
+            k.session("c"),
+            k.op_marker("c"),
+            k.opens_marker("c"),
+            k.parent(9),
+        ] {
             assert!(lo <= key && key < hi);
         }
         assert!(k.chunk(1, 0) < lo);

@@ -16,7 +16,6 @@
 //! cost other clients nothing.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -139,15 +138,14 @@ impl Inner {
                 )
                 .collect();
             for chunk in ops.chunks(OPS_PER_TXN) {
-                // With this client's marker, as every transaction of its
-                // has: the records are outside the watched range, and a
-                // revision no watch sees an event at would keep every
-                // client's fences waiting (`crate::progress`) until the
-                // volume changed again.
-                let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
+                // With a watched key: the records are outside the watched
+                // range, and a revision no watch sees an event at would
+                // keep every client's fences waiting (`crate::progress`)
+                // until the volume changed again. (Not the commit marker:
+                // a lost commit is resolved by reading its value.)
                 let marker = TxnOp::put(
-                    self.keys.op_marker(&self.client_id),
-                    seq.to_le_bytes().to_vec(),
+                    self.keys.opens_marker(&self.client_id),
+                    Vec::new(),
                     Some(opts.clone()),
                 );
                 let txn = etcd_client::Txn::new().and_then(
