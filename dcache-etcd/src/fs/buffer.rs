@@ -12,6 +12,7 @@ use dcache::{Ino, Timespec};
 use object_store::ObjectStore;
 
 use super::diskcache::DiskCache;
+use super::lru::Lru;
 
 /// The object store of a volume and this client's state for it.
 pub(crate) struct Objects {
@@ -23,7 +24,7 @@ pub(crate) struct Objects {
     /// The slice lists read, per version of a file's record.
     pub lists: super::lists::ListCache,
     /// How each file is being read (whole objects or ranges).
-    pub pattern: super::objread::ReadPattern,
+    pub pattern: super::readpattern::ReadPattern,
     files: Mutex<HashMap<Ino, Arc<FileBuf>>>,
     /// How many inodes have a buffer (read without the lock, so that a
     /// `getattr` with nothing buffered anywhere costs one load).
@@ -214,15 +215,7 @@ impl Objects {
 /// never reused), least recently used out first.
 pub(crate) struct ReadCache {
     max: u64,
-    inner: Mutex<CacheInner>,
-}
-
-#[derive(Default)]
-struct CacheInner {
-    by_id: HashMap<u64, (Bytes, u64)>,
-    by_use: BTreeMap<u64, u64>,
-    bytes: u64,
-    tick: u64,
+    inner: Mutex<Lru<Bytes>>,
 }
 
 impl ReadCache {
@@ -233,51 +226,30 @@ impl ReadCache {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<Bytes>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn get(&self, id: u64) -> Option<Bytes> {
-        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        c.tick += 1;
-        let tick = c.tick;
-        let (b, used) = c.by_id.get_mut(&id)?;
-        let (b, old) = (b.clone(), std::mem::replace(used, tick));
-        c.by_use.remove(&old);
-        c.by_use.insert(tick, id);
-        Some(b)
+        self.lock().get(id).cloned()
     }
 
     /// Whether `id` is held (its place in the order unchanged).
     pub fn contains(&self, id: u64) -> bool {
-        let c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        c.by_id.contains_key(&id)
+        self.lock().contains(id)
     }
 
     pub fn put(&self, id: u64, b: Bytes) {
         let len = b.len() as u64;
-        if len > self.max {
-            return;
+        if len <= self.max {
+            self.lock().insert(id, b, len, self.max);
         }
-        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if c.by_id.contains_key(&id) {
-            return;
-        }
-        while c.bytes + len > self.max {
-            let Some((_, old)) = c.by_use.pop_first() else {
-                break;
-            };
-            if let Some((ob, _)) = c.by_id.remove(&old) {
-                c.bytes -= ob.len() as u64;
-            }
-        }
-        c.tick += 1;
-        let tick = c.tick;
-        c.by_use.insert(tick, id);
-        c.by_id.insert(id, (b, tick));
-        c.bytes += len;
     }
 
     /// Bytes held.
     #[cfg(test)]
     pub fn bytes(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bytes
+        self.lock().bytes()
     }
 }
 

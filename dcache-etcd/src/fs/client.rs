@@ -241,8 +241,7 @@ impl Inner {
         cmps: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<Outcome> {
-        let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
-        self.commit_seq(dl, cmps, ops, seq).await
+        self.commit_as(dl, cmps, ops, false).await
     }
 
     /// `commit` for a namespace operation whose caller, the Vfs, applies
@@ -255,7 +254,20 @@ impl Inner {
         cmps: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<Outcome> {
+        self.commit_as(dl, cmps, ops, true).await
+    }
+
+    async fn commit_as(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        ops: Vec<TxnOp>,
+        mirrored: bool,
+    ) -> Result<Outcome> {
         let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
+        if !mirrored {
+            return self.commit_seq(dl, cmps, ops, seq).await;
+        }
         // Ends the commit's record however this future ends (an error, a
         // conflict, or dropped mid-way: then the caller sees a failure).
         struct Ending<'a> {

@@ -12,7 +12,6 @@
 //! several share it safely (each may delete what another indexed, which
 //! that one then reads from the store).
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -22,66 +21,14 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
+use super::lru::Lru;
+
 pub(crate) struct DiskCache {
     dir: PathBuf,
     max: u64,
-    index: Mutex<Index>,
+    index: Mutex<Lru<()>>,
     /// Numbers temporary files (with the process id: unique on the host).
     temp: AtomicU64,
-}
-
-#[derive(Default)]
-struct Index {
-    /// id -> (bytes, last use)
-    by_id: HashMap<u64, (u64, u64)>,
-    /// last use -> id
-    by_use: BTreeMap<u64, u64>,
-    bytes: u64,
-    tick: u64,
-}
-
-impl Index {
-    /// Mark `id` used; whether it is held.
-    fn touch(&mut self, id: u64) -> bool {
-        self.tick += 1;
-        let tick = self.tick;
-        let Some((_, used)) = self.by_id.get_mut(&id) else {
-            return false;
-        };
-        let old = std::mem::replace(used, tick);
-        self.by_use.remove(&old);
-        self.by_use.insert(tick, id);
-        true
-    }
-
-    /// Hold `id` of `len` bytes within `max`; returns the ids evicted.
-    fn insert(&mut self, id: u64, len: u64, max: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        if self.by_id.contains_key(&id) {
-            return out;
-        }
-        while self.bytes + len > max {
-            let Some((_, old)) = self.by_use.pop_first() else {
-                break;
-            };
-            if let Some((l, _)) = self.by_id.remove(&old) {
-                self.bytes -= l;
-                out.push(old);
-            }
-        }
-        self.tick += 1;
-        self.by_use.insert(self.tick, id);
-        self.by_id.insert(id, (len, self.tick));
-        self.bytes += len;
-        out
-    }
-
-    fn remove(&mut self, id: u64) {
-        if let Some((l, used)) = self.by_id.remove(&id) {
-            self.by_use.remove(&used);
-            self.bytes -= l;
-        }
-    }
 }
 
 fn file_name(id: u64) -> String {
@@ -120,13 +67,13 @@ impl DiskCache {
             temp: AtomicU64::new(0),
         };
         for (_, id, len) in found {
-            let evicted = c.lock().insert(id, len, max);
+            let evicted = c.lock().insert(id, (), len, max);
             c.remove_files(&evicted);
         }
         Ok(c)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<()>> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -142,9 +89,7 @@ impl DiskCache {
 
     /// Object `id`, if held.
     pub fn get(&self, id: u64) -> Option<Bytes> {
-        if !self.lock().touch(id) {
-            return None;
-        }
+        self.lock().get(id)?;
         match std::fs::read(self.path(id)) {
             Ok(v) => Some(v.into()),
             Err(_) => {
@@ -156,9 +101,7 @@ impl DiskCache {
 
     /// Bytes `[from, from + len)` of object `id`, if held.
     pub fn get_range(&self, id: u64, from: u64, len: u64) -> Option<Bytes> {
-        if !self.lock().touch(id) {
-            return None;
-        }
+        self.lock().get(id)?;
         let mut buf = vec![0u8; len as usize];
         match File::open(self.path(id)).and_then(|f| f.read_exact_at(&mut buf, from)) {
             Ok(()) => Some(buf.into()),
@@ -173,7 +116,7 @@ impl DiskCache {
     /// disk) leave it out; the cache is only ever an optimisation.
     pub fn put(&self, id: u64, b: &[u8]) {
         let len = b.len() as u64;
-        if len > self.max || self.lock().by_id.contains_key(&id) {
+        if len > self.max || self.lock().contains(id) {
             return;
         }
         let tmp = self.dir.join(format!(
@@ -194,14 +137,14 @@ impl DiskCache {
             let _ = std::fs::remove_file(&tmp);
             return;
         }
-        let evicted = self.lock().insert(id, len, self.max);
+        let evicted = self.lock().insert(id, (), len, self.max);
         self.remove_files(&evicted);
     }
 
     /// Bytes held.
     #[cfg(test)]
     pub fn bytes(&self) -> u64 {
-        self.lock().bytes
+        self.lock().bytes()
     }
 }
 

@@ -33,10 +33,12 @@ mod diskcache;
 mod lease;
 mod lists;
 mod locks;
+mod lru;
 mod namespace;
 mod objdata;
 mod objread;
 mod opens;
+mod readpattern;
 mod xattr;
 
 use std::future::Future;
