@@ -241,7 +241,7 @@ impl Inner {
         cmps: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<Outcome> {
-        self.commit_as(dl, cmps, ops, false).await
+        Ok(self.commit_as(dl, cmps, ops, false, Vec::new()).await?.0)
     }
 
     /// `commit` for a namespace operation whose caller, the Vfs, applies
@@ -254,7 +254,21 @@ impl Inner {
         cmps: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<Outcome> {
-        self.commit_as(dl, cmps, ops, true).await
+        Ok(self.commit_as(dl, cmps, ops, true, Vec::new()).await?.0)
+    }
+
+    /// `commit_mirrored`, with `reads` (gets) made instead of the ops when
+    /// a compare fails: their answers come with the conflict (at the
+    /// revision that failed it), so the caller recomputes without reading
+    /// again. (A conflict found by resolving a lost answer has none.)
+    pub(super) async fn commit_mirrored_or_read(
+        &self,
+        dl: Instant,
+        cmps: Vec<Compare>,
+        ops: Vec<TxnOp>,
+        reads: Vec<TxnOp>,
+    ) -> Result<(Outcome, Option<(i64, Vec<GetResponse>)>)> {
+        self.commit_as(dl, cmps, ops, true, reads).await
     }
 
     async fn commit_as(
@@ -263,10 +277,11 @@ impl Inner {
         cmps: Vec<Compare>,
         ops: Vec<TxnOp>,
         mirrored: bool,
-    ) -> Result<Outcome> {
+        or_else: Vec<TxnOp>,
+    ) -> Result<(Outcome, Option<(i64, Vec<GetResponse>)>)> {
         let seq = self.op_seq.fetch_add(1, Ordering::Relaxed);
         if !mirrored {
-            return self.commit_seq(dl, cmps, ops, seq).await;
+            return self.commit_seq(dl, cmps, ops, or_else, seq).await;
         }
         // Ends the commit's record however this future ends (an error, a
         // conflict, or dropped mid-way: then the caller sees a failure).
@@ -286,8 +301,8 @@ impl Inner {
             seq,
             applied: false,
         };
-        let out = self.commit_seq(dl, cmps, ops, seq).await;
-        ending.applied = matches!(out, Ok(Outcome::Committed(_)));
+        let out = self.commit_seq(dl, cmps, ops, or_else, seq).await;
+        ending.applied = matches!(out, Ok((Outcome::Committed(_), _)));
         out
     }
 
@@ -296,8 +311,9 @@ impl Inner {
         dl: Instant,
         cmps: Vec<Compare>,
         mut ops: Vec<TxnOp>,
+        or_else: Vec<TxnOp>,
         seq: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<(Outcome, Option<(i64, Vec<GetResponse>)>)> {
         let seq = seq.to_le_bytes();
         let marker = self.keys.op_marker(&self.client_id);
         // The marker goes on the session lease, so a client that dies
@@ -309,7 +325,10 @@ impl Inner {
             if let Some(last) = ops.last_mut() {
                 *last = TxnOp::put(marker.clone(), seq.to_vec(), Some(opts));
             }
-            Txn::new().when(cmps.clone()).and_then(ops)
+            Txn::new()
+                .when(cmps.clone())
+                .and_then(ops)
+                .or_else(or_else.clone())
         };
         let mut attempt = 0;
         let mut uncertain = false;
@@ -324,17 +343,19 @@ impl Inner {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
                         return match resp.kvs().first() {
-                            Some(m) if m.value() == seq => Ok(Outcome::Committed(m.mod_revision())),
+                            Some(m) if m.value() == seq => {
+                                Ok((Outcome::Committed(m.mod_revision()), None))
+                            }
                             // Not applied: the caller reads again and
                             // recomputes; the lost request, should it
                             // still apply, fails its compares then.
-                            Some(_) => Ok(Outcome::Conflict),
+                            Some(_) => Ok((Outcome::Conflict, None)),
                             // No marker: not applied if the lease it went
                             // on still lives (its keys are deleted only
                             // with it); if the lease expired meanwhile, the
                             // marker may have gone with it: unknown.
                             None => match self.lease_alive(lim, sent_on).await {
-                                Some(true) => Ok(Outcome::Conflict),
+                                Some(true) => Ok((Outcome::Conflict, None)),
                                 _ => Err(Errno::EIO),
                             },
                         };
@@ -357,12 +378,23 @@ impl Inner {
                         st.commits.fetch_add(1, Ordering::Relaxed);
                         st.commit_ns
                             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                        return Ok(if resp.succeeded() {
-                            Outcome::Committed(rev)
-                        } else {
-                            st.conflicts.fetch_add(1, Ordering::Relaxed);
-                            Outcome::Conflict
-                        });
+                        if resp.succeeded() {
+                            return Ok((Outcome::Committed(rev), None));
+                        }
+                        st.conflicts.fetch_add(1, Ordering::Relaxed);
+                        let reads = (!or_else.is_empty())
+                            .then(|| {
+                                resp.op_responses()
+                                    .into_iter()
+                                    .map(|r| match r {
+                                        TxnOpResponse::Get(g) => Some(g),
+                                        _ => None,
+                                    })
+                                    .collect::<Option<Vec<_>>>()
+                            })
+                            .flatten()
+                            .map(|g| (rev, g));
+                        return Ok((Outcome::Conflict, reads));
                     }
                     Ok(Err(e)) => match classify(&e) {
                         Fail::Transient => uncertain = true,

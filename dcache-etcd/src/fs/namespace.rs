@@ -57,12 +57,17 @@ impl Inner {
         let dl = self.deadline();
         let ino = self.alloc_ino(dl).await?;
         let mut attempt = 0;
+        let dkey = self.keys.inode(dir);
+        let ekey = self.keys.entry(dir, name);
+        let reads = || vec![get(dkey.clone()), get(ekey.clone())];
+        // What a conflict returned: the same reads, at the revision that
+        // failed the compare (no second round trip to read them).
+        let mut fresh = None;
         loop {
-            let dkey = self.keys.inode(dir);
-            let ekey = self.keys.entry(dir, name);
-            let (_, rs) = self
-                .read(dl, vec![get(dkey.clone()), get(ekey.clone())])
-                .await?;
+            let rs = match fresh.take() {
+                Some((_, rs)) => rs,
+                None => self.read(dl, reads()).await?.1,
+            };
             let (mut drec, dmr) = dir_of(&rs[0])?;
             if drec.nlink == 0 {
                 return Err(Errno::ENOENT);
@@ -99,22 +104,28 @@ impl Inner {
                 absent(ikey.clone()),
             ];
             let mut ops = vec![
-                put(dkey, drec.encode()),
-                put(ekey, entry.encode()),
+                put(dkey.clone(), drec.encode()),
+                put(ekey.clone(), entry.encode()),
                 put(ikey, rec.encode()),
             ];
             if is_dir {
                 ops.push(put(self.keys.parent(ino), dir.to_le_bytes().to_vec()));
             }
-            match self.commit_mirrored(dl, cmps, ops).await? {
-                Outcome::Committed(rev) => {
+            match self.commit_mirrored_or_read(dl, cmps, ops, reads()).await? {
+                (Outcome::Committed(rev), _) => {
                     self.cache.record(dir, Some((&drec, rev)), rev);
                     self.cache.record(ino, Some((&rec, rev)), rev);
                     return Ok(rec.attr(ino));
                 }
-                Outcome::Conflict => {
+                (Outcome::Conflict, read) => {
                     attempt += 1;
-                    self.pause(attempt).await;
+                    // With the state that beat it in hand, try again at
+                    // once (somebody else's create went through: progress);
+                    // back off only after repeated losses, or without it.
+                    if read.is_none() || attempt > 3 {
+                        self.pause(attempt).await;
+                    }
+                    fresh = read;
                 }
             }
         }
