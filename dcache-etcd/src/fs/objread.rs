@@ -48,13 +48,17 @@ impl Inner {
         if let Some((rec, rev)) = self.cache.rec_at(ino) {
             if let Some(kept) = lists.get(ino, rev, first, last) {
                 regular(&rec)?;
+                let t = std::time::Instant::now();
                 match self
                     .assemble(rec.size, off, &kept, &mut buf[..want], whole)
                     .await
                 {
                     Ok(n) => return Ok(n),
-                    // An object gone: the lists were older than the
-                    // collector's grace. Ask etcd.
+                    // The store timed out: asking again would wait as long.
+                    Err(e) if t.elapsed() >= self.store_limit() => return Err(e),
+                    // An object gone (the lists older than the collector's
+                    // grace where this client's bound exceeds another's),
+                    // or the store refused: ask etcd, then the store again.
                     Err(_) => lists.forget(ino),
                 }
             }
