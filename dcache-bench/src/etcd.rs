@@ -165,11 +165,19 @@ impl Drop for EtcdServer {
 /// member), and a fresh scratch volume on it (deleted when the server is
 /// dropped). `--cred` is refused: the etcd target acts as root.
 pub fn scratch_volume(options: &crate::workload::Options) -> Result<(EtcdServer, String), String> {
+    scratch_volume_with(options, &dcache_etcd::FormatOptions::default())
+}
+
+/// `scratch_volume`, formatted with `format` (an object store, say).
+pub fn scratch_volume_with(
+    options: &crate::workload::Options,
+    format: &dcache_etcd::FormatOptions,
+) -> Result<(EtcdServer, String), String> {
     if options.cred.is_some() {
         return Err("--cred runs on the lib and kernel targets".into());
     }
     let server = EtcdServer::start_or_use(options.etcd.as_deref())?;
-    let spec = server.fresh_volume()?;
+    let spec = server.fresh_volume_with(format)?;
     Ok((server, spec))
 }
 

@@ -64,7 +64,10 @@ fn split_etcd_options(
         };
         let o = etcd.get_or_insert_with(dcache_etcd::Options::default);
         match key {
-            "etcd_cache_dir" if !v.is_empty() => {
+            "etcd_cache_dir" => {
+                if v.is_empty() {
+                    return Err(format!("bad value for {key}: a directory is needed"));
+                }
                 o.read_cache_dir = Some(v.into());
                 continue;
             }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rustix::time::ClockId;
 
-use dcache::{Attr, Ino};
+use dcache::{Attr, FileType, Ino};
 
 use crate::codec::Rec;
 use crate::own::OwnCommits;
@@ -76,6 +76,13 @@ pub struct CacheStats {
     /// Changes by other clients (entries and inode records) reported to
     /// the Vfs, and through it to its frontend (the kernel, for a mount).
     pub invalidations: AtomicU64,
+}
+
+/// Count one request in `n` and the time since `start` in `ns` (relaxed
+/// sums, as every counter here).
+pub(crate) fn timed(n: &AtomicU64, ns: &AtomicU64, start: std::time::Instant) {
+    n.fetch_add(1, Ordering::Relaxed);
+    ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 /// The keys of the per-inode maps are inode numbers: hashed with
@@ -314,9 +321,11 @@ impl Cache {
             .map(|c| c.rec.clone())
     }
 
-    /// The record of `ino` and the revision it was put at, if mirrored and
-    /// current (a file's lists are unchanged while it is, `fs::lists`).
-    pub fn rec_at(&self, ino: Ino) -> Option<(Rec, i64)> {
+    /// The kind and size of `ino` and the revision its record was put
+    /// at, if mirrored and current (a file's lists are unchanged while it
+    /// is, `fs::lists`). Copied out, not the record: cloning it would
+    /// write its shared extended-attribute count on every read.
+    pub fn file_at(&self, ino: Ino) -> Option<(FileType, u64, i64)> {
         if !self.fresh() {
             return None;
         }
@@ -324,7 +333,7 @@ impl Cache {
         let r = m
             .get(&ino)
             .filter(|c| c.live)
-            .map(|c| (c.rec.clone(), c.mod_rev));
+            .map(|c| (c.rec.kind, c.rec.size, c.mod_rev));
         drop(m);
         // Checked again after the read, as `attr` does: the watch may
         // have stopped being current while the record was read.

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use object_store::{path::Path as ObjPath, ObjectStore};
 
-use crate::etcd::{client, Client, EtcdServer};
+use super::stat_random::SplitMix;
+use crate::etcd::{client, scratch_volume_with, Client, EtcdServer};
 use crate::report::RunResult;
 use crate::seaweedfs::{self, S3Server};
 use crate::worker::Worker;
@@ -54,15 +55,14 @@ impl Workload for DataWorkload {
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
-        if spec.options.cred.is_some() {
-            return Err("--cred runs on the lib and kernel targets".into());
-        }
         let store = DataStore::start(spec.variant)?;
-        let server = EtcdServer::start_or_use(spec.options.etcd.as_deref())?;
-        let volume = server.fresh_volume_with(&dcache_etcd::FormatOptions {
-            data: Some(store.url.clone()),
-            ..Default::default()
-        })?;
+        let (server, volume) = scratch_volume_with(
+            spec.options,
+            &dcache_etcd::FormatOptions {
+                data: Some(store.url.clone()),
+                ..Default::default()
+            },
+        )?;
         let size = spec.options.mib as usize * MIB;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -206,7 +206,8 @@ async fn bare_sequential(
 /// [`BARE_RANDOM`] ranged GETs of 4 KiB at random pages, one at a time:
 /// GETs per second.
 async fn bare_random(s: &dyn ObjectStore, size: usize, objects: usize) -> Result<f64, String> {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    // Its own sequence (no worker has this index).
+    let mut rng = SplitMix::for_thread(usize::MAX);
     let t = Instant::now();
     for _ in 0..BARE_RANDOM {
         let page = rng.below(size / PAGE) * PAGE;
@@ -223,18 +224,6 @@ async fn bare_random(s: &dyn ObjectStore, size: usize, objects: usize) -> Result
         }
     }
     Ok(BARE_RANDOM as f64 / t.elapsed().as_secs_f64())
-}
-
-/// xorshift64: the workers' random pages.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
 }
 
 /// The store a case's volume keeps its data in.
@@ -294,7 +283,7 @@ impl Case for DataCase {
             Ok(f) => f,
             Err(e) => return w.fail(format!("open: {e}")),
         };
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (w.index() as u64 + 1));
+        let mut rng = SplitMix::for_thread(w.index());
         let mut buf = vec![0u8; PAGE];
         let pages = self.size / PAGE;
         w.run(|| {

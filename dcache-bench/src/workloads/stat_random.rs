@@ -223,10 +223,10 @@ impl Paths {
 }
 
 /// splitmix64: one add, three multiplies and shifts per number.
-struct SplitMix(u64);
+pub(super) struct SplitMix(u64);
 
 impl SplitMix {
-    fn for_thread(index: usize) -> SplitMix {
+    pub(super) fn for_thread(index: usize) -> SplitMix {
         SplitMix(0x5eed_0000_0000_0000 ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 
@@ -241,7 +241,7 @@ impl SplitMix {
 
     /// Uniform in 0..n (multiply-shift; the bias is below n / 2^64).
     #[inline(always)]
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         ((u128::from(self.next()) * n as u128) >> 64) as usize
     }
 }

@@ -208,9 +208,7 @@ impl Inner {
                     let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                     self.cache.note_read(rev);
                     let st = &self.cache.stats;
-                    st.reads.fetch_add(1, Ordering::Relaxed);
-                    st.read_ns
-                        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    crate::cache::timed(&st.reads, &st.read_ns, t);
                     let gets = resp
                         .op_responses()
                         .into_iter()
@@ -375,9 +373,7 @@ impl Inner {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
                         let st = &self.cache.stats;
-                        st.commits.fetch_add(1, Ordering::Relaxed);
-                        st.commit_ns
-                            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        crate::cache::timed(&st.commits, &st.commit_ns, t);
                         if resp.succeeded() {
                             return Ok((Outcome::Committed(rev), None));
                         }

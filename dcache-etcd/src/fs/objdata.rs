@@ -20,7 +20,7 @@ use object_store::path::Path;
 use super::buffer::Objects;
 use super::client::{absent, get, put, rec_of, same, Outcome};
 use super::Inner;
-use crate::codec::{decode_u64, Rec};
+use crate::codec::decode_u64;
 use crate::slices::{self, Garbage, Slice, BLOCK, MAX_FILE_OBJECTS, MAX_SLICES, SLICE_CHUNK};
 
 /// Slice ids a client reserves at a time.
@@ -44,8 +44,8 @@ pub(super) fn store_err(e: object_store::Error) -> Errno {
     }
 }
 
-pub(super) fn regular(rec: &Rec) -> Result<()> {
-    match rec.kind {
+pub(super) fn regular(kind: FileType) -> Result<()> {
+    match kind {
         FileType::Regular => Ok(()),
         FileType::Directory => Err(Errno::EISDIR),
         _ => Err(Errno::EINVAL),
@@ -346,7 +346,7 @@ impl Inner {
             );
             let (_, rs) = self.read(dl, reads).await?;
             let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-            regular(&rec)?;
+            regular(rec.kind)?;
             let mut ops = Vec::with_capacity(group.len() + 2);
             let mut gone = Vec::new();
             for ((idx, new), r) in group.iter().zip(&rs[1..]) {

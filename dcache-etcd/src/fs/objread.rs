@@ -45,12 +45,12 @@ impl Inner {
         let whole = o.pattern.whole_objects(ino, off, want);
         // While the watch is current: the record from the mirror, the
         // lists kept from an earlier read of that version (`lists`).
-        if let Some((rec, rev)) = self.cache.rec_at(ino) {
+        if let Some((kind, size, rev)) = self.cache.file_at(ino) {
             if let Some(kept) = lists.get(ino, rev, first, last) {
-                regular(&rec)?;
+                regular(kind)?;
                 let t = std::time::Instant::now();
                 match self
-                    .assemble(rec.size, off, &kept, &mut buf[..want], whole)
+                    .assemble(size, off, &kept, &mut buf[..want], whole)
                     .await
                 {
                     Ok(n) => return Ok(n),
@@ -74,7 +74,7 @@ impl Inner {
             )
             .await?;
         let (rec, rev) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-        regular(&rec)?;
+        regular(rec.kind)?;
         // The mirror then holds the version the lists belong to.
         self.cache.record(ino, Some((&rec, rev)), read_rev);
         // Every chunk of the range, a missing list as an empty one (a hole).
@@ -303,7 +303,7 @@ impl Inner {
                 let reads = vec![get(ikey.clone()), self.lists_range(ino, first, upto)];
                 let (_, rs) = self.read(dl, reads).await?;
                 let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-                regular(&rec)?;
+                regular(rec.kind)?;
                 let mut ops = Vec::new();
                 let mut gone = Vec::new();
                 for kv in rs[1].kvs() {
@@ -356,7 +356,7 @@ impl Inner {
         let dl = self.deadline();
         let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
         let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-        regular(&rec)?;
+        regular(rec.kind)?;
         if off >= rec.size {
             return Err(Errno(libc::ENXIO));
         }
