@@ -18,17 +18,39 @@ use dcache::{Attr, FileType, Ino};
 
 use crate::codec::Rec;
 use crate::own::OwnCommits;
+use crate::tally::{DirParts, Tally};
 use crate::xattr::Xattrs;
 
 /// A record as this client last saw it.
 pub(crate) struct Cached {
+    /// As `stat` reports it: a directory's with its tallies applied.
     pub rec: Rec,
+    /// The latest revision of its parts (a directory's record or tallies).
     pub mod_rev: i64,
     /// Kept current by the watch: may answer without a round trip. A
     /// record read when the watch had already gone past it is kept only
     /// as the last known state (for a deleted inode's last attributes).
+    /// Never set for a directory whose tallies are not known.
     pub live: bool,
+    /// A directory's stored record and tallies (`crate::tally`), when a
+    /// read brought every tally.
+    dir: Option<Box<DirParts>>,
 }
+
+impl Cached {
+    fn new(base: Rec, mod_rev: i64, live: bool, dir: Option<Box<DirParts>>) -> Cached {
+        let known = !base.is_dir() || dir.is_some();
+        Cached {
+            rec: dir.as_ref().map_or(base, |d| d.effective()),
+            mod_rev,
+            live: live && known,
+            dir,
+        }
+    }
+}
+
+/// The tallies of one directory as read: (key, tally, mod_revision).
+pub(crate) type ReadTallies = Vec<(Vec<u8>, Tally, i64)>;
 
 /// Counters for tests and diagnostics (relaxed sums).
 #[derive(Debug, Default)]
@@ -139,8 +161,9 @@ pub(crate) struct Cache {
     /// by up to a tick, counted as elapsed once here, not on every check).
     fresh_for_ns: u64,
     /// ino -> the highest revision at which this client saw its record
-    /// change (put or delete). A directory's entries change only together
-    /// with its record, so this is also the directory's revision.
+    /// or, for a directory, one of its tallies change (put or delete). A
+    /// directory's entries change only together with one of those, so
+    /// this is also the directory's revision.
     ino_rev: InoMap<i64>,
     /// dir -> the highest revision at which one of its entries changed in
     /// a way this client's dcache did not apply itself: another client's
@@ -366,82 +389,136 @@ impl Cache {
 
     /// Record what a response at revision `read_rev` said about `ino`
     /// (`None`: it does not exist). Skipped when the watch has already
-    /// gone past `read_rev`, since an event in between may be newer.
+    /// gone past `read_rev`, since an event in between may be newer. A
+    /// directory's tallies are those this client knew (none known: the
+    /// record is kept, but not as live).
     pub fn record(&self, ino: Ino, rec: Option<(&Rec, i64)>, read_rev: i64) {
+        self.record_parts(ino, rec, None, read_rev);
+    }
+
+    /// [`record`](Self::record), with every tally of the directory as the
+    /// same response read them.
+    pub fn record_parts(
+        &self,
+        ino: Ino,
+        rec: Option<(&Rec, i64)>,
+        tallies: Option<ReadTallies>,
+        read_rev: i64,
+    ) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
         // Once the watch has gone past `read_rev`, an event in between may
         // be newer than what was read: keep it, but not as live. Unless
         // no event applied names `ino` after `read_rev` (`ino_rev`, under
-        // this lock) and the watch missed none since (`floor`, raised when
-        // it resumes past a compaction): then what was read is still the
-        // latest, and later events will update it. (A file this client
-        // has just created, while its other threads' commits move the
-        // watch on, is then answered from the mirror.)
+        // this lock: tally events count for their directory) and the watch
+        // missed none since (`floor`, raised when it resumes past a
+        // compaction): then what was read is still the latest, and later
+        // events will update it. (A file this client has just created,
+        // while its other threads' commits move the watch on, is then
+        // answered from the mirror.)
         let live = read_rev >= self.watched.load(Ordering::Acquire)
             || (read_rev >= self.floor.load(Ordering::Acquire) && self.ino_rev(ino) <= read_rev);
         let m = self.recs.pin();
         let cur = m.get(&ino);
         match rec {
-            Some((r, mod_rev)) => {
+            Some((r, mut mod_rev)) => {
+                let dir = match (r.is_dir(), tallies) {
+                    (false, _) => None,
+                    (true, Some(ts)) => {
+                        let mut tallies = std::collections::BTreeMap::new();
+                        for (k, t, rev) in ts {
+                            mod_rev = mod_rev.max(rev);
+                            tallies.insert(k, (t, rev));
+                        }
+                        Some(Box::new(DirParts {
+                            base: r.clone(),
+                            tallies,
+                        }))
+                    }
+                    // The tallies kept current by the watch still apply.
+                    (true, None) => cur
+                        .filter(|c| c.live)
+                        .and_then(|c| c.dir.as_ref())
+                        .map(|d| {
+                            Box::new(DirParts {
+                                base: r.clone(),
+                                tallies: d.tallies.clone(),
+                            })
+                        }),
+                };
                 if cur.is_some_and(|c| c.mod_rev > mod_rev || (c.live && !live)) {
                     return;
                 }
-                m.insert(
-                    ino,
-                    Cached {
-                        rec: r.clone(),
-                        mod_rev,
-                        live,
-                    },
-                );
+                m.insert(ino, Cached::new(r.clone(), mod_rev, live, dir));
             }
             None => {
                 if let Some(c) = cur {
                     if c.mod_rev < read_rev {
                         let mut rec = c.rec.clone();
                         rec.nlink = 0;
-                        m.insert(
-                            ino,
-                            Cached {
-                                rec,
-                                mod_rev: read_rev,
-                                live,
-                            },
-                        );
+                        m.insert(ino, Cached::new(rec, read_rev, live, None));
                     }
                 }
             }
         }
     }
 
-    /// One watch event on an inode record, at revision `rev`.
-    pub fn event(&self, ino: Ino, rec: Option<Rec>, rev: i64) {
+    /// A tally of directory `dir` put at `rev` (`None`: deleted), as the
+    /// watch delivered it (`from_watch`) or as this client committed it.
+    pub fn tally(&self, dir: Ino, key: &[u8], tally: Option<Tally>, rev: i64, from_watch: bool) {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.raise_ino_rev(dir, rev);
+        let m = self.recs.pin();
+        if let Some(c) = m.get(&dir) {
+            if let Some(d) = c.dir.as_ref() {
+                let mut d = d.clone();
+                if d.event(key, tally, rev) {
+                    let base = d.base.clone();
+                    m.insert(dir, Cached::new(base, c.mod_rev.max(rev), c.live, Some(d)));
+                }
+            }
+        }
+        if from_watch {
+            self.watched.fetch_max(rev, Ordering::AcqRel);
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Under the write lock.
+    fn raise_ino_rev(&self, ino: Ino, rev: i64) {
         let revs = self.ino_rev.pin();
         if revs.get(&ino).is_none_or(|&r| r < rev) {
             revs.insert(ino, rev);
         }
+    }
+
+    /// One watch event on an inode record, at revision `rev`.
+    pub fn event(&self, ino: Ino, rec: Option<Rec>, rev: i64) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        self.raise_ino_rev(ino, rev);
         let m = self.recs.pin();
         if let Some(c) = m.get(&ino) {
-            if c.mod_rev < rev {
-                let rec = match rec {
-                    Some(r) => r,
+            // A directory's parts may have moved it to `rev` already: a
+            // transaction that folds tallies deletes them with the put.
+            if c.mod_rev < rev || (c.mod_rev == rev && c.dir.is_some()) {
+                let new = match rec {
+                    // A directory's tallies stay as they are.
+                    Some(r) => {
+                        let dir = c.dir.as_ref().filter(|_| r.is_dir()).map(|d| {
+                            Box::new(DirParts {
+                                base: r.clone(),
+                                tallies: d.tallies.clone(),
+                            })
+                        });
+                        Cached::new(r, rev, c.live, dir)
+                    }
                     None => {
                         // Deleted: keep the last attributes, nlink 0.
                         let mut r = c.rec.clone();
                         r.nlink = 0;
-                        r
+                        Cached::new(r, rev, c.live, None)
                     }
                 };
-                let live = c.live;
-                m.insert(
-                    ino,
-                    Cached {
-                        rec,
-                        mod_rev: rev,
-                        live,
-                    },
-                );
+                m.insert(ino, new);
             }
         }
         self.watched.fetch_max(rev, Ordering::AcqRel);
@@ -508,19 +585,20 @@ impl Cache {
         let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
         self.floor.fetch_max(rev, Ordering::AcqRel);
         let m = self.recs.pin();
-        let stale: Vec<(Ino, Rec, i64)> = m
+        let stale: Vec<(Ino, Cached)> = m
             .iter()
-            .map(|(k, c)| (*k, c.rec.clone(), c.mod_rev))
-            .collect();
-        for (ino, rec, mod_rev) in stale {
-            m.insert(
-                ino,
-                Cached {
-                    rec,
-                    mod_rev,
+            .map(|(k, c)| {
+                let old = Cached {
+                    rec: c.rec.clone(),
+                    mod_rev: c.mod_rev,
                     live: false,
-                },
-            );
+                    dir: c.dir.clone(),
+                };
+                (*k, old)
+            })
+            .collect();
+        for (ino, old) in stale {
+            m.insert(ino, old);
         }
         self.watched.store(rev, Ordering::Release);
         self.stats.resyncs.fetch_add(1, Ordering::Relaxed);

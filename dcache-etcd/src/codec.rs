@@ -5,6 +5,7 @@
 //! | key | value |
 //! | --- | --- |
 //! | `P/w/i/<ino:16 hex>` | an inode record ([`Rec`]), extended attributes included |
+//! | `P/w/t/<dir:16 hex>/<client id>/<lane:4 hex>` | what that client's changes did to the directory's size, links and times ([`crate::tally`]) |
 //! | `P/d/<dir:16 hex>/<name>` | a directory entry ([`Entry`]) |
 //! | `P/p/<dir:16 hex>` | the parent of a directory (8 bytes LE) |
 //! | `P/c/<ino:16 hex>/<chunk:8 hex>` | up to [`CHUNK`] bytes of file data (inline volumes) |
@@ -18,8 +19,9 @@
 //! | `P/s/<client id>` | that client's session record (on its lease, see [`crate::session`]) |
 //!
 //! The watch covers `P/d/` up to the end of `P/w/` (everything but file
-//! data, which sorts before it): inode records (whose mod_revision is the revision a cached entry
-//! of that directory is validated against), directory entries (which name
+//! data, which sorts before it): inode records and directory tallies
+//! (whose latest mod_revision is the revision a cached entry of that
+//! directory is validated against), directory entries (which name
 //! changed, for the invalidations a client passes on) and the marker keys
 //! (which changes are the client's own). Nothing in it is written on a
 //! timer: session records change only when a client connects or leaves.
@@ -108,6 +110,31 @@ impl Keys {
             return None;
         }
         u64::from_str_radix(std::str::from_utf8(rest).ok()?, 16).ok()
+    }
+    /// A client lane's tally of directory `dir` (`crate::tally`).
+    pub fn tally(&self, dir: Ino, client: &str, lane: u16) -> Vec<u8> {
+        self.k(&[
+            b"/w/t/",
+            hex16(dir).as_bytes(),
+            b"/",
+            client.as_bytes(),
+            b"/",
+            format!("{lane:04x}").as_bytes(),
+        ])
+    }
+    /// The prefix of every tally of `dir`.
+    pub fn tallies(&self, dir: Ino) -> Vec<u8> {
+        self.k(&[b"/w/t/", hex16(dir).as_bytes(), b"/"])
+    }
+    /// The directory a tally key counts for, `None` for any other key.
+    pub fn parse_tally(&self, key: &[u8]) -> Option<Ino> {
+        let rest = key
+            .strip_prefix(self.prefix.as_slice())?
+            .strip_prefix(b"/w/t/")?;
+        if rest.len() < 18 || rest[16] != b'/' {
+            return None;
+        }
+        u64::from_str_radix(std::str::from_utf8(&rest[..16]).ok()?, 16).ok()
     }
     /// The directory and name of an entry key, `None` for any other key.
     pub fn parse_entry<'k>(&self, key: &'k [u8]) -> Option<(Ino, &'k [u8])> {
@@ -627,6 +654,7 @@ mod tests {
             k.op_marker("c"),
             k.opens_marker("c"),
             k.parent(9),
+            k.tally(7, "c", 3),
         ] {
             assert!(lo <= key && key < hi);
         }
@@ -646,5 +674,11 @@ mod tests {
         assert_eq!(k.parse_slices(&k.chunk(0xab, 1)), None);
         assert_eq!(Keys::parse_tail(&k.garbage(0x77)), Some(0x77));
         assert!(Keys::new("/x2").inode(1) >= hi);
+        let t = k.tally(0x2a, "c1", 0xffff);
+        assert!(t.starts_with(&k.tallies(0x2a)));
+        assert_eq!(k.parse_tally(&t), Some(0x2a));
+        assert_eq!(k.parse_tally(&k.inode(0x2a)), None);
+        assert_eq!(k.parse_inode(&t), None);
+        assert_eq!(k.parse_entry(&t), None);
     }
 }

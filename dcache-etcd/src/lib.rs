@@ -8,8 +8,12 @@
 //!   conflict, so racing clients get the outcomes one machine would give
 //!   (one `O_EXCL` create wins, rename is atomic, link counts are exact);
 //! - every cached dentry carries the revision its lookup was made at; it is
-//!   used while its directory's record has not changed since, as told by
-//!   one watch on the prefix, with no round trip;
+//!   used while no other client has changed its directory's entries since,
+//!   as told by one watch on the prefix, with no round trip;
+//! - a change to a directory's names compares its record but does not
+//!   write it: each client counts the directory's size, links and times in
+//!   tallies of its own ([`tally`]), so clients creating in one directory
+//!   do not conflict;
 //! - the watch is trusted only while it is known current to within
 //!   [`Options::staleness`] (a linearizable read's revision that the
 //!   watch has caught up with, see [`progress`]; nothing is written);
@@ -46,6 +50,7 @@ pub mod session;
 pub mod slices;
 pub mod spec;
 pub mod store;
+pub mod tally;
 pub mod volume;
 pub mod xattr;
 

@@ -236,3 +236,184 @@ fn creates_update_the_directory_times() {
     assert!(t2.0 > t1.0 && t2.2 == t1.2 + 1, "{t1:?} -> {t2:?}");
     eventually(Duration::from_secs(5), || times(&b) == t2).expect("B sees the new times");
 }
+
+/// Two clients change one directory concurrently (creates, mkdirs,
+/// unlinks, links, renames out): its size and link count are what one
+/// machine's would be, on a cold client and on both of them; setting its
+/// times folds the clients' tallies into its record and the times stick;
+/// a later create moves them on again.
+#[test]
+fn directory_tallies_add_up_and_fold_when_times_are_set() {
+    use dcache::fs::SetTime;
+    use dcache::Timespec;
+    const T: &str = "directory_tallies_add_up_and_fold_when_times_are_set";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/tallies");
+    let (_fa, a) = client(&spec, Options::default());
+    let (_fb, b) = client(&spec, Options::default());
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    a.as_root().mkdir(At::Root, "/e", 0o755).unwrap();
+    let d_ino = a.as_root().stat(At::Root, "/d").unwrap().ino;
+    std::thread::scope(|s| {
+        for (c, v) in [&a, &b].into_iter().enumerate() {
+            s.spawn(move || {
+                let r = v.as_root();
+                for i in 0..20 {
+                    r.create(At::Root, format!("/d/f{c}-{i}"), 0o644).unwrap();
+                }
+                for i in 0..2 + c {
+                    r.mkdir(At::Root, format!("/d/s{c}-{i}"), 0o755).unwrap();
+                }
+                for i in 0..3 {
+                    r.unlink(At::Root, format!("/d/f{c}-{i}")).unwrap();
+                }
+                r.rmdir(At::Root, format!("/d/s{c}-0")).unwrap();
+                // Links and renames of the other client's names.
+                let o = 1 - c;
+                eventually(Duration::from_secs(5), || {
+                    r.link(
+                        At::Root,
+                        format!("/d/f{o}-10"),
+                        At::Root,
+                        format!("/d/l{c}"),
+                    )
+                    .is_ok()
+                })
+                .expect("link");
+                eventually(Duration::from_secs(5), || {
+                    r.rename(
+                        At::Root,
+                        format!("/d/f{o}-11"),
+                        At::Root,
+                        format!("/e/m{c}"),
+                        RenameFlags::default(),
+                    )
+                    .is_ok()
+                })
+                .expect("rename");
+            });
+        }
+    });
+    // Per client: 20 files - 3 unlinked - 1 moved out + 1 link; 2 or 3
+    // subdirectories, one removed.
+    let names = 2 * (20 - 3 - 1 + 1) + 1 + 2;
+    let (size, nlink) = (20 * (2 + names), 2 + 1 + 2);
+    let shape = |v: &dcache::Vfs| {
+        let s = v.as_root().stat(At::Root, "/d").unwrap();
+        (s.size, s.nlink)
+    };
+    let (_fc, c) = client(&spec, Options::default());
+    assert_eq!(shape(&c), (size, nlink), "a cold client");
+    for v in [&a, &b] {
+        eventually(Duration::from_secs(5), || shape(v) == (size, nlink))
+            .unwrap_or_else(|| panic!("{:?} where {:?}", shape(v), (size, nlink)));
+    }
+    let e = c.as_root().stat(At::Root, "/e").unwrap();
+    assert_eq!(e.size, 20 * 4);
+    let tallies =
+        || common::keys_under(&etcd.endpoint(0), &format!("/tallies/w/t/{d_ino:016x}/")).len();
+    assert!(tallies() >= 2, "one tally per client at least");
+
+    // Set back: the times stick, the counts stay, the tallies are folded.
+    let past = Timespec { sec: 1000, nsec: 5 };
+    let set = SetAttr {
+        mtime: Some(SetTime::At(past)),
+        atime: Some(SetTime::At(past)),
+        ..Default::default()
+    };
+    a.as_root().setattr(At::Root, "/d", &set).unwrap();
+    assert_eq!(tallies(), 0, "folded into the record");
+    let (_fd, d) = client(&spec, Options::default());
+    let s = d.as_root().stat(At::Root, "/d").unwrap();
+    assert_eq!((s.mtime, s.size, s.nlink), (past, size, nlink));
+    eventually(Duration::from_secs(5), || {
+        b.as_root().stat(At::Root, "/d").unwrap().mtime == past
+    })
+    .expect("B sees the times set");
+    b.as_root().create(At::Root, "/d/late", 0o644).unwrap();
+    for v in [&a, &b, &d] {
+        eventually(Duration::from_secs(5), || {
+            let s = v.as_root().stat(At::Root, "/d").unwrap();
+            s.mtime > past && s.size == size + 20
+        })
+        .expect("a create after the fold moves the times on");
+    }
+}
+
+/// Tallies left by many clients (here written straight into etcd, as
+/// clients long gone would have left them): the first client to read
+/// more than `FOLD_AT` folds them into the directory's record, and the
+/// directory's attributes do not change.
+#[test]
+fn many_tallies_are_folded_by_the_first_reader() {
+    use dcache_etcd::codec::Keys;
+    use dcache_etcd::tally::{Tally, FOLD_AT};
+    const T: &str = "many_tallies_are_folded_by_the_first_reader";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/fold");
+    let (_fa, a) = client(&spec, Options::default());
+    a.as_root().mkdir(At::Root, "/d", 0o755).unwrap();
+    let before = a.as_root().stat(At::Root, "/d").unwrap();
+    let keys = Keys::new("/fold");
+    let n = FOLD_AT + 20;
+    let late = dcache::Timespec {
+        sec: before.mtime.sec + 100,
+        nsec: 0,
+    };
+    // `n` tallies of 20 bytes each (every other one a link too, `links`).
+    let put_tallies = |from: usize, links: bool| {
+        common::rt().block_on(async {
+            let mut c = etcd_client::Client::connect([etcd.endpoint(0)], None)
+                .await
+                .unwrap();
+            for i in from..from + n {
+                let t = Tally::default().changed(20, (links && i % 2 == 1) as i64, late);
+                let key = keys.tally(before.ino, &format!("gone{i}"), 0);
+                c.put(key, t.encode(), None).await.unwrap();
+            }
+        })
+    };
+    put_tallies(0, true);
+    let prefix = String::from_utf8(keys.tallies(before.ino)).unwrap();
+    let left = || common::keys_under(&etcd.endpoint(0), &prefix).len();
+    assert_eq!(left(), n);
+    let want = (
+        before.size + 20 * n as u64,
+        before.nlink + n as u32 / 2,
+        late,
+    );
+    let (_fb, b) = client(&spec, Options::default());
+    let s = b.as_root().stat(At::Root, "/d").unwrap();
+    assert_eq!((s.size, s.nlink, s.mtime), want, "read with the tallies");
+    assert_eq!(left(), 0, "folded by the reader");
+    let (_fc, c) = client(&spec, Options::default());
+    let s = c.as_root().stat(At::Root, "/d").unwrap();
+    assert_eq!((s.size, s.nlink, s.mtime), want, "read from the record");
+    eventually(Duration::from_secs(5), || {
+        let s = a.as_root().stat(At::Root, "/d").unwrap();
+        (s.size, s.nlink, s.mtime) == want
+    })
+    .expect("the first client sees the same");
+
+    // As many again, and the times set back: setattr folds them in rounds
+    // (one transaction takes at most 128 operations).
+    put_tallies(n, false);
+    let past = dcache::Timespec { sec: 1000, nsec: 0 };
+    let set = SetAttr {
+        mtime: Some(dcache::fs::SetTime::At(past)),
+        ..Default::default()
+    };
+    let s = a.as_root().setattr(At::Root, "/d", &set).unwrap();
+    let want = (want.0 + 20 * n as u64, want.1, past);
+    assert_eq!((s.size, s.nlink, s.mtime), want);
+    assert_eq!(left(), 0, "folded by setattr");
+    let (_fd, d) = client(&spec, Options::default());
+    let s = d.as_root().stat(At::Root, "/d").unwrap();
+    assert_eq!((s.size, s.nlink, s.mtime), want, "read from the record");
+}

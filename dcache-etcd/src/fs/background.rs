@@ -154,6 +154,17 @@ impl Inner {
                             changes.push(Change::Inode(ino));
                         }
                         self.cache.event(ino, rec, rev);
+                    } else if let Some(dir) = self.keys.parse_tally(kv.key()) {
+                        let tally = match ev.event_type() {
+                            EventType::Put => crate::tally::Tally::decode(kv.value()).ok(),
+                            EventType::Delete => None,
+                        };
+                        // Another client's: the directory's attributes
+                        // changed (its size, links or times).
+                        if theirs && tally.is_some() {
+                            changes.push(Change::Inode(dir));
+                        }
+                        self.cache.tally(dir, kv.key(), tally, rev, true);
                     } else if let Some((dir, name)) = self.keys.parse_entry(kv.key()) {
                         // Reported unless this client's dcache applied it.
                         if self.cache.entry_event(dir, rev, seq) {

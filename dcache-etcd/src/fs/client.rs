@@ -410,21 +410,6 @@ impl Inner {
         }
     }
 
-    /// The record of `ino` from etcd (recorded in the mirror).
-    pub(super) async fn fetch(&self, dl: Instant, ino: Ino) -> Result<Rec> {
-        let (rev, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
-        match rec_of(&rs[0])? {
-            Some((rec, mr)) => {
-                self.cache.record(ino, Some((&rec, mr)), rev);
-                Ok(rec)
-            }
-            None => {
-                self.cache.record(ino, None, rev);
-                Err(Errno::ENOENT)
-            }
-        }
-    }
-
     pub(super) fn committed(&self, rev: i64, recs: &BTreeMap<Ino, (Rec, i64)>, deleted: &[Ino]) {
         for (ino, (rec, _)) in recs {
             if deleted.contains(ino) {

@@ -109,6 +109,7 @@ impl EtcdFs {
             client_id,
             op_seq: AtomicU64::new(1),
             pool: Mutex::new((0, 0)),
+            lanes: Default::default(),
             rng: AtomicU64::new(nanos | 1),
             inval: OnceLock::new(),
             attached: Arc::default(),

@@ -33,10 +33,21 @@ impl Inner {
                     get(self.keys.chunk(ino, s / CHUNK))
                 });
             }
-            let (_, rs) = self.read(dl, reads).await?;
+            let tallies_at = reads.len();
+            reads.push(self.tallies_read(ino));
+            let (read_rev, rs) = self.read(dl, reads).await?;
             let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
             let now = Timespec::now();
             let mut ops = Vec::new();
+            let mut cmps = vec![same(ikey.clone(), mr)];
+            let dir = rec.is_dir();
+            // Its times may be set back: fold the tallies in first (in
+            // transactions of their own when there are many).
+            let t = &rs[tallies_at];
+            if dir && !self.fold(ino, &mut rec, t, read_rev, &mut cmps, &mut ops)? {
+                self.fold_dir(ino).await?;
+                continue;
+            }
             if let Some(size) = set.size {
                 match rec.kind {
                     FileType::Directory => return Err(Errno::EISDIR),
@@ -118,9 +129,11 @@ impl Inner {
             }
             rec.ctime = now;
             ops.push(put(ikey.clone(), rec.encode()));
-            match self.commit(dl, vec![same(ikey, mr)], ops).await? {
+            match self.commit(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
-                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    // A directory's tallies are folded into the record.
+                    let none = dir.then(Vec::new);
+                    self.cache.record_parts(ino, Some((&rec, rev)), none, rev);
                     return Ok(rec.attr(ino));
                 }
                 Outcome::Conflict => {
@@ -331,12 +344,5 @@ impl Inner {
             namelen: NAME_MAX as u32,
             frsize: bsize as u32,
         })
-    }
-
-    /// The mod_revision of `ino`'s record (None: gone), asked of etcd.
-    pub(super) async fn remote_rev(&self, ino: Ino) -> Result<Option<i64>> {
-        let dl = self.deadline();
-        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
-        Ok(rs[0].kvs().first().map(|kv| kv.mod_revision()))
     }
 }

@@ -39,6 +39,7 @@ mod objdata;
 mod objread;
 mod opens;
 mod readpattern;
+mod tallies;
 mod xattr;
 
 use std::future::Future;
@@ -115,6 +116,8 @@ struct Inner {
     silent_since: AtomicU64,
     /// The inodes this client has open, and their records (`opens`).
     opens: opens::OpenFiles,
+    /// This client's tally lanes (`tallies`).
+    lanes: tallies::Lanes,
 }
 
 /// A change another client made, as the watch saw it.

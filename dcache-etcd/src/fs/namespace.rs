@@ -1,6 +1,8 @@
 //! Namespace transactions of [`Inner`]: lookup, create (every kind),
 //! unlink/rmdir, link and rename, each one etcd transaction guarded by
-//! compares on the records it read, recomputed on conflict.
+//! compares on the records it read, recomputed on conflict. A directory
+//! whose names change is compared, not written: its size, links and
+//! times change in this client's tally of it (`crate::tally`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -12,8 +14,10 @@ use etcd_client::{Compare, GetOptions, TxnOp};
 use super::client::{
     absent, check_name, delete, delete_prefix, dir_of, entry_of, get, put, rec_of, same, Outcome,
 };
+use super::tallies::{tallies_of, SLOT_BASE};
 use super::{Inner, DIRENT};
 use crate::codec::{decode_u64, Entry, Rec, LINK_MAX, ROOT_INO};
+use crate::tally::FOLD_AT;
 
 impl Inner {
     pub(super) async fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<Attr>> {
@@ -22,11 +26,22 @@ impl Inner {
             let (rev, rs) = self
                 .read(
                     dl,
-                    vec![get(self.keys.inode(dir)), get(self.keys.entry(dir, name))],
+                    vec![
+                        get(self.keys.inode(dir)),
+                        get(self.keys.entry(dir, name)),
+                        self.tallies_read(dir),
+                    ],
                 )
                 .await?;
             let (drec, dmr) = dir_of(&rs[0])?;
-            self.cache.record(dir, Some((&drec, dmr)), rev);
+            let tallies = tallies_of(&rs[2])?;
+            let many = tallies.len() > FOLD_AT;
+            self.cache
+                .record_parts(dir, Some((&drec, dmr)), Some(tallies), rev);
+            if many {
+                // Best effort: the lookup's answer stands either way.
+                let _ = self.fold_dir(dir).await;
+            }
             let Some((e, _)) = entry_of(&rs[1])? else {
                 return Ok(None);
             };
@@ -59,7 +74,9 @@ impl Inner {
         let mut attempt = 0;
         let dkey = self.keys.inode(dir);
         let ekey = self.keys.entry(dir, name);
-        let reads = || vec![get(dkey.clone()), get(ekey.clone())];
+        let lane = self.lanes.take();
+        let tkey = self.tally_key(dir, &lane);
+        let reads = || vec![get(dkey.clone()), get(ekey.clone()), get(tkey.clone())];
         // What a conflict returned: the same reads, at the revision that
         // failed the compare (no second round trip to read them).
         let mut fresh = None;
@@ -68,15 +85,19 @@ impl Inner {
                 Some((_, rs)) => rs,
                 None => self.read(dl, reads()).await?.1,
             };
-            let (mut drec, dmr) = dir_of(&rs[0])?;
+            let (drec, dmr) = dir_of(&rs[0])?;
             if drec.nlink == 0 {
                 return Err(Errno::ENOENT);
             }
             if !rs[1].kvs().is_empty() {
                 return Err(Errno::EEXIST);
             }
+            let mut change = self.dir_change(dir, tkey.clone(), &rs[2])?;
             let is_dir = kind == FileType::Directory;
-            if is_dir && drec.nlink >= LINK_MAX {
+            // What this client's lane counted on top of the record (other
+            // clients' subdirectories can only make it more).
+            let links = drec.nlink as i64 + change.read.map_or(0, |t| t.0.nlink);
+            if is_dir && links >= LINK_MAX as i64 {
                 return Err(Errno::EMLINK);
             }
             let (perm, gid) = permission::inode_init_owner(drec.perm_of(), ctx.gid, perm, is_dir);
@@ -89,32 +110,30 @@ impl Inner {
                 target.len() as u64
             };
             let now = rec.ctime;
-            let slot = drec.next_slot;
-            drec.next_slot += 1;
-            drec.size += DIRENT;
-            if is_dir {
-                drec.nlink += 1;
-            }
-            touch_dir(&mut drec, now);
+            change.size = DIRENT as i64;
+            change.nlink = is_dir as i64;
             let ikey = self.keys.inode(ino);
-            let entry = Entry { ino, kind, slot };
-            let cmps = vec![
+            let entry = Entry {
+                ino,
+                kind,
+                slot: SLOT_BASE.saturating_add(ino),
+            };
+            let mut cmps = vec![
                 same(dkey.clone(), dmr),
                 absent(ekey.clone()),
                 absent(ikey.clone()),
             ];
-            let mut ops = vec![
-                put(dkey.clone(), drec.encode()),
-                put(ekey.clone(), entry.encode()),
-                put(ikey, rec.encode()),
-            ];
+            let mut ops = vec![put(ekey.clone(), entry.encode()), put(ikey, rec.encode())];
+            let tallies = self.tally_ops(std::slice::from_ref(&change), now, &mut cmps, &mut ops);
             if is_dir {
                 ops.push(put(self.keys.parent(ino), dir.to_le_bytes().to_vec()));
             }
             match self.commit_mirrored_or_read(dl, cmps, ops, reads()).await? {
                 (Outcome::Committed(rev), _) => {
-                    self.cache.record(dir, Some((&drec, rev)), rev);
-                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    self.tallies_committed(rev, tallies);
+                    // A new directory has no tallies yet.
+                    let none = is_dir.then(Vec::new);
+                    self.cache.record_parts(ino, Some((&rec, rev)), none, rev);
                     return Ok(rec.attr(ino));
                 }
                 (Outcome::Conflict, read) => {
@@ -136,14 +155,20 @@ impl Inner {
         check_name(name)?;
         let dl = self.deadline();
         let mut attempt = 0;
+        let lane = self.lanes.take();
         loop {
             let dkey = self.keys.inode(dir);
             let ekey = self.keys.entry(dir, name);
+            let tkey = self.tally_key(dir, &lane);
             let (_, rs) = self
-                .read(dl, vec![get(dkey.clone()), get(ekey.clone())])
+                .read(
+                    dl,
+                    vec![get(dkey.clone()), get(ekey.clone()), get(tkey.clone())],
+                )
                 .await?;
-            let (drec, dmr) = dir_of(&rs[0])?;
+            let (_, dmr) = dir_of(&rs[0])?;
             let (e, emr) = entry_of(&rs[1])?.ok_or(Errno::ENOENT)?;
+            let mut change = self.dir_change(dir, tkey, &rs[2])?;
             let ckey = self.keys.inode(e.ino);
             let mut reads = vec![get(ckey.clone())];
             if dir_op {
@@ -175,18 +200,15 @@ impl Inner {
             }
             let now = Timespec::now();
             let mut recs = BTreeMap::new();
-            let mut drec2 = drec.clone();
-            touch_dir(&mut drec2, now);
-            drec2.size = drec2.size.saturating_sub(DIRENT);
-            if dir_op {
-                drec2.nlink = drec2.nlink.saturating_sub(1);
-            }
-            let cmps = vec![
+            change.size = -(DIRENT as i64);
+            change.nlink = -(dir_op as i64);
+            let mut cmps = vec![
                 same(dkey.clone(), dmr),
                 same(ekey.clone(), emr),
                 same(ckey.clone(), cmr),
             ];
-            let mut ops = vec![delete(ekey), put(dkey, drec2.encode())];
+            let mut ops = vec![delete(ekey)];
+            let tallies = self.tally_ops(std::slice::from_ref(&change), now, &mut cmps, &mut ops);
             let mut deleted = Vec::new();
             if !dir_op && crec.nlink <= 1 && self.keeps_unlinked() {
                 // Kept (nlink 0) for the descriptors still open on any
@@ -199,6 +221,9 @@ impl Inner {
                 ops.push(delete(ckey));
                 if dir_op {
                     ops.push(delete(self.keys.parent(e.ino)));
+                    // Empty still at commit: its creates compare its
+                    // record no more than they write it.
+                    self.removed_dir(e.ino, &mut cmps, &mut ops);
                 } else {
                     ops.push(self.drop_data(e.ino));
                 }
@@ -208,11 +233,11 @@ impl Inner {
                 crec.ctime = now;
                 ops.push(put(ckey, crec.encode()));
             }
-            recs.insert(dir, (drec2, dmr));
             recs.insert(e.ino, (crec, cmr));
             match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.committed(rev, &recs, &deleted);
+                    self.tallies_committed(rev, tallies);
                     return Ok(());
                 }
                 Outcome::Conflict => {
@@ -227,18 +252,27 @@ impl Inner {
         check_name(newname)?;
         let dl = self.deadline();
         let mut attempt = 0;
+        let lane = self.lanes.take();
+        // The new name's readdir slot: a number no other entry has.
+        let slot = SLOT_BASE.saturating_add(self.alloc_ino(dl).await?);
         loop {
             let ikey = self.keys.inode(ino);
             let dkey = self.keys.inode(newdir);
             let ekey = self.keys.entry(newdir, newname);
+            let tkey = self.tally_key(newdir, &lane);
             let (_, rs) = self
                 .read(
                     dl,
-                    vec![get(ikey.clone()), get(dkey.clone()), get(ekey.clone())],
+                    vec![
+                        get(ikey.clone()),
+                        get(dkey.clone()),
+                        get(ekey.clone()),
+                        get(tkey.clone()),
+                    ],
                 )
                 .await?;
             let (mut rec, imr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-            let (mut drec, dmr) = dir_of(&rs[1])?;
+            let (drec, dmr) = dir_of(&rs[1])?;
             if rec.is_dir() {
                 return Err(Errno::EPERM);
             }
@@ -251,32 +285,27 @@ impl Inner {
             if rec.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK);
             }
+            let mut change = self.dir_change(newdir, tkey, &rs[3])?;
+            change.size = DIRENT as i64;
             let now = Timespec::now();
             rec.nlink += 1;
             rec.ctime = now;
-            let slot = drec.next_slot;
-            drec.next_slot += 1;
-            drec.size += DIRENT;
-            touch_dir(&mut drec, now);
             let entry = Entry {
                 ino,
                 kind: rec.kind,
                 slot,
             };
-            let cmps = vec![
+            let mut cmps = vec![
                 same(ikey.clone(), imr),
                 same(dkey.clone(), dmr),
                 absent(ekey.clone()),
             ];
-            let ops = vec![
-                put(ikey, rec.encode()),
-                put(dkey, drec.encode()),
-                put(ekey, entry.encode()),
-            ];
+            let mut ops = vec![put(ikey, rec.encode()), put(ekey, entry.encode())];
+            let tallies = self.tally_ops(std::slice::from_ref(&change), now, &mut cmps, &mut ops);
             match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.cache.record(ino, Some((&rec, rev)), rev);
-                    self.cache.record(newdir, Some((&drec, rev)), rev);
+                    self.tallies_committed(rev, tallies);
                     return Ok(rec.attr(ino));
                 }
                 Outcome::Conflict => {
@@ -329,23 +358,26 @@ impl Inner {
         }
         let dl = self.deadline();
         let mut attempt = 0;
+        let lane = self.lanes.take();
+        // The moved name's readdir slot: a number no other entry has.
+        let slot = SLOT_BASE.saturating_add(self.alloc_ino(dl).await?);
         'retry: loop {
             if attempt > 0 {
                 self.pause(attempt).await;
             }
             attempt += 1;
             let k = &self.keys;
-            let (_, rs) = self
-                .read(
-                    dl,
-                    vec![
-                        get(k.inode(od)),
-                        get(k.inode(nd)),
-                        get(k.entry(od, on)),
-                        get(k.entry(nd, nn)),
-                    ],
-                )
-                .await?;
+            let mut reads = vec![
+                get(k.inode(od)),
+                get(k.inode(nd)),
+                get(k.entry(od, on)),
+                get(k.entry(nd, nn)),
+                get(self.tally_key(od, &lane)),
+            ];
+            if nd != od {
+                reads.push(get(self.tally_key(nd, &lane)));
+            }
+            let (_, rs) = self.read(dl, reads).await?;
             let (odrec, odmr) = dir_of(&rs[0])?;
             let (ndrec, ndmr) = dir_of(&rs[1])?;
             if odrec.nlink == 0 || ndrec.nlink == 0 {
@@ -364,6 +396,11 @@ impl Inner {
                 if flags.noreplace {
                     return Err(Errno::EEXIST);
                 }
+            }
+            // This operation's change to each directory: [od] or [od, nd].
+            let mut changes = vec![self.dir_change(od, self.tally_key(od, &lane), &rs[4])?];
+            if nd != od {
+                changes.push(self.dir_change(nd, self.tally_key(nd, &lane), &rs[5])?);
             }
             let mut reads = vec![get(k.inode(se.ino))];
             if let Some((t, _)) = te {
@@ -415,12 +452,15 @@ impl Inner {
                     }
                 }
             }
-            // The new state, by inode (a directory may play two roles).
+            // The directories are compared, and changed through tallies;
+            // the records written are the moved and replaced inodes'.
+            cmps.push(same(k.inode(od), odmr));
+            if nd != od {
+                cmps.push(same(k.inode(nd), ndmr));
+            }
             let now = Timespec::now();
             let mut recs: BTreeMap<Ino, (Rec, i64)> = BTreeMap::new();
-            recs.insert(od, (odrec, odmr));
-            recs.entry(nd).or_insert((ndrec, ndmr));
-            recs.entry(se.ino).or_insert((srec.clone(), smr));
+            recs.insert(se.ino, (srec.clone(), smr));
             if let Some((t, _, trec, trmr, _)) = &tgt {
                 recs.entry(t.ino).or_insert((trec.clone(), *trmr));
             }
@@ -432,16 +472,22 @@ impl Inner {
                 None => cmps.push(absent(k.entry(nd, nn))),
             }
             let src_dir = srec.is_dir();
+            // (size, links) added to directory `d`.
+            let mut add = |d: Ino, size: i64, nlink: i64| {
+                if let Some(c) = changes.iter_mut().find(|c| c.dir == d) {
+                    c.size += size;
+                    c.nlink += nlink;
+                }
+            };
             macro_rules! rec {
                 ($ino:expr) => {
                     &mut recs.get_mut(&$ino).ok_or(Errno::EIO)?.0
                 };
             }
             if flags.exchange {
-                let Some((t, tmr_, trec, _, _)) = &tgt else {
+                let Some((t, _, trec, _, _)) = &tgt else {
                     return Err(Errno::ENOENT);
                 };
-                let _ = tmr_;
                 ops.push(put(
                     k.entry(od, on),
                     Entry {
@@ -462,26 +508,23 @@ impl Inner {
                 ));
                 if od != nd {
                     if src_dir {
-                        rec!(od).nlink -= 1;
-                        rec!(nd).nlink += 1;
+                        add(od, 0, -1);
+                        add(nd, 0, 1);
                         ops.push(put(k.parent(se.ino), nd.to_le_bytes().to_vec()));
                     }
                     if trec.is_dir() {
-                        rec!(nd).nlink -= 1;
-                        rec!(od).nlink += 1;
+                        add(nd, 0, -1);
+                        add(od, 0, 1);
                         ops.push(put(k.parent(t.ino), od.to_le_bytes().to_vec()));
                     }
                 }
                 rec!(t.ino).ctime = now;
             } else {
                 ops.push(delete(k.entry(od, on)));
-                let slot = rec!(nd).next_slot;
-                rec!(nd).next_slot += 1;
                 // od loses a name; nd gains one unless it replaces one.
-                let odr = rec!(od);
-                odr.size = odr.size.saturating_sub(DIRENT);
+                add(od, -(DIRENT as i64), 0);
                 if tgt.is_none() {
-                    rec!(nd).size += DIRENT;
+                    add(nd, DIRENT as i64, 0);
                 }
                 ops.push(put(
                     k.entry(nd, nn),
@@ -493,16 +536,17 @@ impl Inner {
                     .encode(),
                 ));
                 if src_dir && od != nd {
-                    rec!(od).nlink -= 1;
-                    rec!(nd).nlink += 1;
+                    add(od, 0, -1);
+                    add(nd, 0, 1);
                     ops.push(put(k.parent(se.ino), nd.to_le_bytes().to_vec()));
                 }
                 if let Some((t, _, trec, _, _)) = &tgt {
                     if trec.is_dir() {
                         // The replaced directory's ".." no longer links nd.
-                        rec!(nd).nlink -= 1;
+                        add(nd, 0, -1);
                         deleted.push(t.ino);
                         ops.push(delete(k.parent(t.ino)));
+                        self.removed_dir(t.ino, &mut cmps, &mut ops);
                     } else {
                         let r = rec!(t.ino);
                         r.nlink = r.nlink.saturating_sub(1);
@@ -518,8 +562,6 @@ impl Inner {
                 }
             }
             rec!(se.ino).ctime = now;
-            touch_dir(rec!(od), now);
-            touch_dir(rec!(nd), now);
             for (ino, (rec, mr)) in &recs {
                 cmps.push(same(k.inode(*ino), *mr));
                 if deleted.contains(ino) {
@@ -528,9 +570,11 @@ impl Inner {
                     ops.push(put(k.inode(*ino), rec.encode()));
                 }
             }
+            let tallies = self.tally_ops(&changes, now, &mut cmps, &mut ops);
             match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.committed(rev, &recs, &deleted);
+                    self.tallies_committed(rev, tallies);
                     return Ok(());
                 }
                 Outcome::Conflict => continue 'retry,
@@ -554,9 +598,4 @@ impl Inner {
             delete_prefix(self.keys.chunks(ino))
         }
     }
-}
-
-fn touch_dir(rec: &mut Rec, now: Timespec) {
-    rec.mtime = now;
-    rec.ctime = now;
 }
