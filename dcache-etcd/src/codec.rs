@@ -15,7 +15,7 @@
 //! | `P/a/i/<ino:16 hex>` | a removed inode whose slice lists and objects are still to be deleted (ms, 8 bytes LE) |
 //! | `P/n` | the next free inode number (8 bytes LE) |
 //! | `P/volume` | the volume record (`crate::volume`), written by `format` |
-//! | `P/o/<client id>` | the id of that client's last committed transaction (on its lease) |
+//! | `P/o/<client id>/m/<lane:4 hex>` | the sequence number of that client's last transaction made in that lane (on its lease) |
 //! | `P/s/<client id>` | that client's session record (on its lease, see [`crate::session`]) |
 //!
 //! The watch covers `P/d/` up to the end of `P/w/` (everything but file
@@ -231,8 +231,20 @@ impl Keys {
     pub fn next_ino(&self) -> Vec<u8> {
         self.k(&[b"/n"])
     }
-    pub fn op_marker(&self, client: &str) -> Vec<u8> {
-        self.k(&[b"/o/", client.as_bytes()])
+    /// The marker key of `client`'s commits in `lane` (`fs::client`): one
+    /// per operation in flight, so a lost answer is resolved by a key no
+    /// concurrent commit of the client overwrote.
+    pub fn op_marker(&self, client: &str, lane: u16) -> Vec<u8> {
+        self.k(&[
+            b"/o/",
+            client.as_bytes(),
+            b"/m/",
+            format!("{lane:04x}").as_bytes(),
+        ])
+    }
+    /// The prefix of every marker key of `client`.
+    pub fn op_markers(&self, client: &str) -> Vec<u8> {
+        self.k(&[b"/o/", client.as_bytes(), b"/m/"])
     }
     /// Put with every write of a client's open records (which are outside
     /// the watched range): a watched key, so that the revision has an
@@ -651,7 +663,7 @@ mod tests {
             e,
             k.inode(1),
             k.session("c"),
-            k.op_marker("c"),
+            k.op_marker("c", 1),
             k.opens_marker("c"),
             k.parent(9),
             k.tally(7, "c", 3),

@@ -466,3 +466,87 @@ fn a_silent_cluster_fails_fast_and_a_quorumless_one_waits() {
     })
     .expect("works again once the members resume");
 }
+
+/// Eight threads of one client create names of their own (each in a
+/// directory of its own, so their commits are in flight at once; a
+/// client's creates in one directory take turns) while its only
+/// member is frozen past the per-attempt limit and resumed, four times:
+/// the commits whose answers were lost apply when it resumes, and each
+/// is resolved by its own marker. A create that applied reports success
+/// (or EIO: unknown), never EEXIST for the name it made itself, which a
+/// marker shared by the client's concurrent commits gives: all but the
+/// last of them read another commit's number there and retry.
+#[test]
+fn lost_answers_of_concurrent_commits_resolve_to_their_own_outcome() {
+    const T: &str = "lost_answers_of_concurrent_commits_resolve_to_their_own_outcome";
+    if !etcd_available(T) {
+        return;
+    }
+    let etcd = Cluster::start(1);
+    let spec = etcd.volume("/lost");
+    let opts = Options {
+        staleness: Duration::from_millis(500),
+        // 2 s an attempt (a quarter), and no failing fast: the answers
+        // are waited for past the freeze.
+        timeout: Duration::from_secs(8),
+        unreachable_after: None,
+        ..Options::default()
+    };
+    let (_f, v) = client(&spec, opts);
+    for t in 0..8 {
+        v.as_root()
+            .mkdir(At::Root, format!("/d{t}"), 0o755)
+            .unwrap();
+    }
+    let stop = AtomicBool::new(false);
+    let (made, unknown) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let own_eexist = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (v, stop, made, unknown, own_eexist) = (&v, &stop, &made, &unknown, &own_eexist);
+            s.spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("/d{t}/{i}");
+                    match v.as_root().create(At::Root, &name, 0o644) {
+                        Ok(_) => made.fetch_add(1, Ordering::Relaxed),
+                        Err(Errno::EIO) => unknown.fetch_add(1, Ordering::Relaxed),
+                        Err(Errno::EEXIST) => {
+                            own_eexist.lock().unwrap().push(name);
+                            0
+                        }
+                        Err(e) => panic!("{name}: {e:?}"),
+                    };
+                    i += 1;
+                }
+            });
+        }
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(300));
+            etcd.signal(0, "STOP");
+            std::thread::sleep(Duration::from_millis(2500));
+            etcd.signal(0, "CONT");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let own_eexist = own_eexist.into_inner().unwrap();
+    println!(
+        "{} created, {} unknown (EIO), {} EEXIST for a name the thread had made itself",
+        made.load(Ordering::Relaxed),
+        unknown.load(Ordering::Relaxed),
+        own_eexist.len()
+    );
+    assert!(own_eexist.is_empty(), "{own_eexist:?}");
+    let mut listed = 0;
+    for t in 0..8 {
+        v.as_root()
+            .readdir(At::Root, format!("/d{t}"), 0, &mut |e| {
+                listed += (e.name[0] != b'.') as usize;
+                true
+            })
+            .unwrap();
+    }
+    let made = made.load(Ordering::Relaxed);
+    assert!(listed >= made && listed <= made + unknown.load(Ordering::Relaxed));
+}

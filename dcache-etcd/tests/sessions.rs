@@ -13,11 +13,15 @@ use dcache_etcd::session::SessionRecord;
 use dcache_etcd::Options;
 
 /// Whether `key` exists, read from the cluster directly.
+/// Whether `key` exists, or (ending in `/`) any key under it.
 fn exists(ep: &str, key: &str) -> bool {
     let rt = common::rt();
     rt.block_on(async {
         let mut c = etcd_client::Client::connect([ep], None).await.unwrap();
-        let r = c.get(key, None).await.unwrap();
+        let opts = key
+            .ends_with('/')
+            .then(|| etcd_client::GetOptions::new().with_prefix());
+        let r = c.get(key, opts).await.unwrap();
         !r.kvs().is_empty()
     })
 }
@@ -149,7 +153,7 @@ fn a_killed_client_leaves_nothing_behind() {
         })
         .expect("the child connects");
     let ep = etcd.endpoint(0);
-    let (session, marker) = (format!("/kill/s/{id}"), format!("/kill/o/{id}"));
+    let (session, marker) = (format!("/kill/s/{id}"), format!("/kill/o/{id}/m/"));
     assert!(exists(&ep, &session) && exists(&ep, &marker));
     eventually(Duration::from_secs(5), || {
         a.as_root().stat(At::Root, "/child").is_ok()
@@ -180,7 +184,7 @@ fn sessions_are_recorded_revoked_and_renewed() {
     let spec = etcd.volume("/sess");
     let (fa, a) = client(&spec, Options::default());
     let session = format!("/sess/s/{}", fa.client_id());
-    let marker = format!("/sess/o/{}", fa.client_id());
+    let marker = format!("/sess/o/{}/m/", fa.client_id());
     let rt = common::rt();
     let mut c = rt
         .block_on(etcd_client::Client::connect([ep.as_str()], None))
@@ -204,8 +208,10 @@ fn sessions_are_recorded_revoked_and_renewed() {
     })
     .expect("a new lease and session record");
     assert_eq!(fa.stats().lease_renewals.load(Ordering::Relaxed), 1);
-    let m = rt.block_on(c.get(marker.as_str(), None)).unwrap();
-    assert_eq!(m.kvs()[0].lease(), fa.lease_id());
+    let prefix = Some(etcd_client::GetOptions::new().with_prefix());
+    let m = rt.block_on(c.get(marker.as_str(), prefix)).unwrap();
+    assert!(!m.kvs().is_empty());
+    assert!(m.kvs().iter().all(|kv| kv.lease() == fa.lease_id()));
 
     // A clean drop revokes: nothing left at once.
     drop(a);

@@ -51,7 +51,7 @@ impl Inner {
     }
 
     pub(super) async fn watch_loop(self: Arc<Inner>) {
-        let marker = self.keys.op_marker(&self.client_id);
+        let markers = self.keys.op_markers(&self.client_id);
         let mut first = true;
         loop {
             if !first {
@@ -110,7 +110,7 @@ impl Inner {
                     .events()
                     .iter()
                     .filter_map(|ev| ev.kv())
-                    .filter(|kv| kv.key() == marker.as_slice())
+                    .filter(|kv| kv.key().starts_with(&markers))
                     .map(|kv| {
                         let seq = kv.value().try_into().map_or(0, u64::from_le_bytes);
                         (kv.mod_revision(), seq)

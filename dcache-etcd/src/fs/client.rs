@@ -313,7 +313,11 @@ impl Inner {
         seq: u64,
     ) -> Result<(Outcome, Option<(i64, Vec<GetResponse>)>)> {
         let seq = seq.to_le_bytes();
-        let marker = self.keys.op_marker(&self.client_id);
+        // A marker no other commit of this client writes until this one
+        // is resolved: a lost answer is then read back from it even when
+        // the client's other commits went through meanwhile.
+        let lane = self.lanes.take();
+        let marker = self.keys.op_marker(&self.client_id, lane.n);
         // The marker goes on the session lease, so a client that dies
         // leaves none behind; the lease in use is read at each attempt
         // (it changes when an expired one is replaced).

@@ -1,6 +1,6 @@
 //! The client's session: one etcd lease granted at connect, kept alive
 //! with the LeaseKeepAlive stream, carrying the session record
-//! `P/s/<client>` and the marker key `P/o/<client>`. A client that
+//! `P/s/<client>` and the marker keys `P/o/<client>/m/<lane>`. A client that
 //! crashes or is cut off for longer than [`Options::lease_ttl`] leaves
 //! neither behind (etcd deletes a lease's keys when it expires); one that
 //! is dropped revokes it.

@@ -6,10 +6,12 @@
 //! computed from; on a failed compare it reads again and recomputes, so two
 //! clients racing on one name get the outcomes one machine would give.
 //!
-//! Each transaction also writes the client's marker key `P/o/<client>` with
-//! a fresh sequence number: when a response is lost (a member died after
-//! the commit), reading the marker tells whether the transaction applied,
-//! so a retry never reports EEXIST for a create that succeeded.
+//! Each transaction also writes a marker key of the client's,
+//! `P/o/<client>/m/<lane>`, with a fresh sequence number: when a response
+//! is lost (a member died after the commit), reading the marker tells
+//! whether the transaction applied, so a retry never reports EEXIST for a
+//! create that succeeded. The lane is held by the commit until it is
+//! resolved, so no concurrent commit of the same client overwrites it.
 //!
 //! This file holds [`EtcdFs`] (its public methods, teardown) and its
 //! [`FileSystem`] impl; `connect` makes one; the work is done by `Inner`, whose methods are
