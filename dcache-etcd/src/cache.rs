@@ -665,6 +665,60 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_is_served_only_with_its_tallies_applied() {
+        use crate::tally::Tally;
+        let ts = |sec| dcache::Timespec { sec, nsec: 0 };
+        let c = Cache::new(Duration::from_secs(60));
+        c.passed(10);
+        assert!(c.fence(c.now_ns(), 10));
+        let mut base = Rec::new(FileType::Directory, 0o755, 0, 0);
+        base.size = 40;
+        base.nlink = 2;
+        base.mtime = ts(100);
+        // Without its tallies a directory is kept, never served.
+        c.record(7, Some((&base, 5)), 10);
+        assert!(c.attr(7).is_none());
+        // With them: the sums and the latest time.
+        let t1 = Tally::default().changed(40, 1, ts(200));
+        c.record_parts(7, Some((&base, 5)), Some(vec![(b"t1".to_vec(), t1, 8)]), 10);
+        let a = c.attr(7).expect("served");
+        assert_eq!((a.size, a.nlink, a.mtime), (80, 3, ts(200)));
+        // A later record without tallies keeps the ones the watch keeps.
+        let mut b2 = base.clone();
+        b2.perm = 0o700;
+        c.event(7, Some(b2.clone()), 11);
+        let a = c.attr(7).unwrap();
+        assert_eq!((a.size, a.perm), (80, 0o700));
+        // Watch events on tallies: a new one counts, one older than what
+        // is known does not.
+        let t2 = Tally::default().changed(20, 0, ts(300));
+        c.tally(7, b"t2", Some(t2), 12, true);
+        c.tally(7, b"t1", None, 7, true);
+        let a = c.attr(7).unwrap();
+        assert_eq!((a.size, a.mtime), (100, ts(300)));
+        // A fold: the tallies deleted and the record put at one revision,
+        // the deletes delivered first. The record must still apply.
+        let mut folded = b2.clone();
+        folded.size = 100;
+        folded.nlink = 3;
+        folded.mtime = ts(50); // set back by the setattr that folded
+        c.tally(7, b"t1", None, 13, true);
+        c.tally(7, b"t2", None, 13, true);
+        c.event(7, Some(folded), 13);
+        let a = c.attr(7).unwrap();
+        assert_eq!((a.size, a.nlink, a.mtime), (100, 3, ts(50)));
+        // This client's own commit, mirrored before the watch brings it,
+        // does not move the watch.
+        let w = c.watched.load(Ordering::Relaxed);
+        let t3 = Tally::default().changed(20, 0, ts(60));
+        c.tally(7, b"t3", Some(t3), 20, false);
+        assert_eq!(c.watched.load(Ordering::Relaxed), w);
+        assert_eq!(c.attr(7).unwrap().size, 120);
+        c.tally(7, b"t3", Some(t3), 20, true);
+        assert_eq!(c.attr(7).unwrap().size, 120, "applied once");
+    }
+
+    #[test]
     fn a_fence_holds_once_the_watch_reaches_its_revision() {
         let c = Cache::new(Duration::from_secs(60));
         c.passed(10);
