@@ -107,6 +107,11 @@ pub(crate) fn timed(n: &AtomicU64, ns: &AtomicU64, start: std::time::Instant) {
     ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
+/// How many inodes' revisions `ino_rev` keeps before it is cleared (16
+/// bytes each; a client that ran long enough would otherwise keep one for
+/// every inode that ever changed).
+const PRUNE_AT: usize = 1 << 20;
+
 /// The keys of the per-inode maps are inode numbers: hashed with
 /// foldhash (seeded per process) instead of SipHash, which was a sixth of
 /// a cached `stat`'s instructions.
@@ -182,6 +187,12 @@ pub(crate) struct Cache {
     /// Cached entries whose cookie is below this were recorded before a
     /// gap in the watch and must be looked up again.
     pub floor: AtomicI64,
+    /// `ino_rev` entries at or below this revision were dropped, to bound
+    /// the map: a record read before it is not taken as live on the word
+    /// of `ino_rev` (see `record_parts`).
+    pruned: AtomicI64,
+    /// `ino_rev` is pruned when it holds more entries than this.
+    prune_at: usize,
     /// `now_ns()` of the latest fence the watch has caught up with: every
     /// change committed before then has been applied. 0: never.
     synced_at: AtomicU64,
@@ -209,6 +220,8 @@ impl Cache {
             watched: AtomicI64::new(0),
             last_read: AtomicI64::new(0),
             floor: AtomicI64::new(0),
+            pruned: AtomicI64::new(0),
+            prune_at: PRUNE_AT,
             synced_at: AtomicU64::new(0),
             fences: Mutex::new(VecDeque::new()),
             stats: CacheStats::default(),
@@ -416,7 +429,9 @@ impl Cache {
         // while its other threads' commits move the watch on, is then
         // answered from the mirror.)
         let live = read_rev >= self.watched.load(Ordering::Acquire)
-            || (read_rev >= self.floor.load(Ordering::Acquire) && self.ino_rev(ino) <= read_rev);
+            || (read_rev >= self.floor.load(Ordering::Acquire)
+                && read_rev >= self.pruned.load(Ordering::Acquire)
+                && self.ino_rev(ino) <= read_rev);
         let m = self.recs.pin();
         let cur = m.get(&ino);
         match rec {
@@ -488,6 +503,15 @@ impl Cache {
         let revs = self.ino_rev.pin();
         if revs.get(&ino).is_none_or(|&r| r < rev) {
             revs.insert(ino, rev);
+        }
+        if revs.len() > self.prune_at {
+            // Every entry is at most `rev`, which the watch is applying:
+            // forget them all, and trust `ino_rev` only for reads made at
+            // or after `rev` (an entry dropped was at most that, so such a
+            // read saw its change). Reads in flight lose their liveness:
+            // what they read is fetched again once.
+            revs.clear();
+            self.pruned.fetch_max(rev, Ordering::AcqRel);
         }
     }
 
@@ -716,6 +740,28 @@ mod tests {
         assert_eq!(c.attr(7).unwrap().size, 120);
         c.tally(7, b"t3", Some(t3), 20, true);
         assert_eq!(c.attr(7).unwrap().size, 120, "applied once");
+    }
+
+    #[test]
+    fn the_revision_map_is_bounded_and_stays_sound() {
+        let mut c = Cache::new(Duration::from_secs(60));
+        c.prune_at = 100;
+        c.passed(1000);
+        assert!(c.fence(c.now_ns(), 1000));
+        let rec = Rec::new(FileType::Regular, 0o644, 0, 0);
+        for ino in 2..300 {
+            c.event(ino, None, 1000 + ino as i64);
+            assert!(c.ino_rev.pin().len() <= 100);
+        }
+        let p = c.pruned.load(Ordering::Relaxed);
+        assert!(p > 1000);
+        // A read from before the prune, of an inode whose change the
+        // watch has applied and forgotten, is not taken as live; one made
+        // after it is.
+        c.record(5, Some((&rec, 3)), p - 1);
+        assert!(c.attr(5).is_none());
+        c.record(6, Some((&rec, p)), p);
+        assert!(c.attr(6).is_some());
     }
 
     #[test]
