@@ -4,7 +4,7 @@
 //! directory do not all compare and rewrite one key.
 //!
 //! A create, unlink, link, mkdir, rmdir or rename changes its directory's
-//! size (one [`DIRENT`](crate::fs) per name), maybe its link count (a
+//! size (20 bytes per name, as tmpfs counts), maybe its link count (a
 //! subdirectory's `..`), and sets its mtime and ctime to now. Done on the
 //! directory's record, every such change from every client is a
 //! compare-and-swap on that one key, and all but one of a round of
