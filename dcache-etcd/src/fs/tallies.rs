@@ -26,7 +26,8 @@ pub(super) const SLOT_BASE: u64 = 1 << 48;
 
 /// The lanes of one client: a number held by each operation in flight,
 /// so that no two of them write one tally (each would fail the other's
-/// compare). As many as the most operations ever in flight at once.
+/// compare) or one commit marker (`client::commit_seq`). As many as the
+/// most operations ever in flight at once.
 #[derive(Default)]
 pub(super) struct Lanes(Mutex<(Vec<u16>, u16)>);
 
@@ -41,8 +42,10 @@ impl Lanes {
         let n = match l.0.pop() {
             Some(n) => n,
             None => {
-                // Past 65,536 operations at once, lanes are shared: their
-                // compares then make them take turns, never miscount.
+                // Past 65,536 operations at once, lanes are shared. Their
+                // tallies' compares make them take turns (never miscount);
+                // a lost answer may then be read as a conflict, as with
+                // one marker per client.
                 let n = l.1;
                 l.1 = l.1.wrapping_add(1);
                 n
