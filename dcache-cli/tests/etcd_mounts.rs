@@ -263,6 +263,35 @@ fn two_mounts_on_one_etcd() {
         v
     };
     assert_eq!(names(&pa), names(&pb));
+
+    // Both mounts create in one directory at once (each counts in its own
+    // tally, dcache_etcd::tally): both then report tmpfs's size (20 bytes a
+    // name and two for . and ..), link count and one mtime.
+    std::fs::create_dir(pa.join("shared")).unwrap();
+    seen("mkdir shared", || pb.join("shared").is_dir());
+    std::thread::scope(|s| {
+        for (m, p) in [(&"a", &pa), (&"b", &pb)] {
+            s.spawn(move || {
+                for i in 0..100 {
+                    std::fs::write(p.join(format!("shared/{m}{i}")), b"").unwrap();
+                }
+                std::fs::create_dir(p.join(format!("shared/{m}-dir"))).unwrap();
+            });
+        }
+    });
+    let shape = |p: &Path| {
+        let st = std::fs::metadata(p.join("shared")).unwrap();
+        (st.len(), st.nlink(), st.mtime(), st.mtime_nsec())
+    };
+    let want = (20 * (2 + 202), 4);
+    seen("the shared directory's size and links on A", || {
+        let s = shape(&pa);
+        (s.0, s.1) == want
+    });
+    seen("the same on B, with A's mtime", || {
+        let (a, b) = (shape(&pa), shape(&pb));
+        (b.0, b.1) == want && a == b
+    });
     b.unmount().expect("unmount B");
     done.store(true, Ordering::SeqCst);
     drop(a);
