@@ -13,6 +13,7 @@
 //! | `P/a/n` | the next free slice id (8 bytes LE) |
 //! | `P/a/g/<id:16 hex>` | a garbage record: objects dropped, deleted after the grace period |
 //! | `P/a/i/<ino:16 hex>` | a removed inode whose slice lists and objects are still to be deleted (ms, 8 bytes LE) |
+//! | `P/a/l/<ino:16 hex>` | an `O_TMPFILE` inode that `link` may still name (empty) |
 //! | `P/n` | the next free inode number (8 bytes LE) |
 //! | `P/volume` | the volume record (`crate::volume`), written by `format` |
 //! | `P/o/<client id>/m/<lane:4 hex>` | the sequence number of that client's last transaction made in that lane (on its lease) |
@@ -211,6 +212,11 @@ impl Keys {
     }
     pub fn dead_inode(&self, ino: Ino) -> Vec<u8> {
         self.k(&[b"/a/i/", hex16(ino).as_bytes()])
+    }
+    /// `P/a/l/<ino>`: an inode made by `O_TMPFILE` without `O_EXCL`, which
+    /// `link` may still give a name (Linux's `I_LINKABLE`).
+    pub fn linkable(&self, ino: Ino) -> Vec<u8> {
+        self.k(&[b"/a/l/", hex16(ino).as_bytes()])
     }
     pub fn dead_inodes(&self) -> Vec<u8> {
         self.k(&[b"/a/i/"])
@@ -676,6 +682,7 @@ mod tests {
             k.next_slice(),
             k.garbage(1),
             k.dead_inode(1),
+            k.linkable(1),
         ] {
             assert!(key < lo);
         }

@@ -129,3 +129,87 @@ fn an_unlinked_open_file_keeps_its_data_until_the_last_close() {
         .is_some()
     );
 }
+
+/// O_TMPFILE on an object-store volume: a file with no name, kept while
+/// open past the grace period; one closed without a name goes (record,
+/// lists, objects), one given a name by `link` stays after its close, and
+/// O_EXCL or a second link attempt after an unlink get ENOENT, as Linux
+/// answers.
+#[test]
+fn tmpfiles_are_kept_while_open_and_named_or_collected() {
+    let t = "tmpfiles_are_kept_while_open_and_named_or_collected";
+    if !etcd_available(t) {
+        return;
+    }
+    let Some(store) = TestStore::new(Store::Local, t) else {
+        return;
+    };
+    let etcd = Cluster::start(1);
+    let ep = etcd.endpoint(0);
+    let spec = object_volume(&etcd, "/ou", &store);
+    let grace = Duration::from_secs(1);
+    let opts = Options {
+        gc_grace: grace,
+        ..Options::default()
+    };
+    let (fa, a) = client(&spec, opts);
+    let objects = || store.objects().len();
+    let inodes_before = keys(&ep, "w/i/").len();
+    let r = a.as_root();
+
+    // Closed without a name: gone.
+    let f = r.tmpfile(At::Root, "/", libc::O_RDWR, 0o600).unwrap();
+    f.write(0, &block(1)).unwrap();
+    fa.fsync(f.ino(), f.fh(), false).unwrap();
+    assert_eq!(fa.getattr(f.ino()).unwrap().nlink, 0);
+    std::thread::sleep(grace * 2);
+    let mut buf = vec![0u8; MIB as usize];
+    assert_eq!(f.read(0, &mut buf), Ok(MIB as usize));
+    assert!(buf == block(1), "kept while open");
+    assert_eq!(keys(&ep, "a/l/").len(), 1, "linkable");
+    f.close().unwrap();
+    assert!(
+        eventually(grace * 6, || objects() == 0
+            && keys(&ep, "w/i/").len() == inodes_before
+            && keys(&ep, "a/i/").is_empty()
+            && keys(&ep, "a/l/").is_empty())
+        .is_some(),
+        "left: {:?} {:?} {:?}",
+        keys(&ep, "w/i/"),
+        keys(&ep, "a/i/"),
+        keys(&ep, "a/l/")
+    );
+
+    // Given a name: kept past its close and the grace period.
+    let g = r.tmpfile(At::Root, "/", libc::O_RDWR, 0o640).unwrap();
+    g.write(0, &block(2)).unwrap();
+    r.link_dentry(g.dentry(), At::Root, "/named").unwrap();
+    assert_eq!(fa.getattr(g.ino()).unwrap().nlink, 1);
+    assert!(keys(&ep, "a/l/").is_empty() && keys(&ep, "a/i/").is_empty());
+    g.close().unwrap();
+    std::thread::sleep(grace * 3);
+    let h = r.open(At::Root, "/named", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(h.read(0, &mut buf), Ok(MIB as usize));
+    assert!(buf == block(2), "the named tmpfile's data");
+    assert_eq!(r.stat(At::Root, "/named").unwrap().perm, 0o640);
+    h.close().unwrap();
+    assert_eq!(objects(), 1);
+
+    // O_EXCL: never linkable; an unlinked named file neither.
+    let x = r
+        .tmpfile(At::Root, "/", libc::O_RDWR | libc::O_EXCL, 0o600)
+        .unwrap();
+    assert_eq!(
+        r.link_dentry(x.dentry(), At::Root, "/x").err(),
+        Some(Errno::ENOENT)
+    );
+    x.close().unwrap();
+    let y = r.open(At::Root, "/named", libc::O_RDWR, 0).unwrap();
+    r.unlink(At::Root, "/named").unwrap();
+    assert_eq!(
+        r.link_dentry(y.dentry(), At::Root, "/again").err(),
+        Some(Errno::ENOENT)
+    );
+    y.close().unwrap();
+    eventually(grace * 6, || objects() == 0).expect("the unlinked file's objects go");
+}

@@ -92,7 +92,11 @@ impl Inner {
                 .commit(
                     dl,
                     vec![same(key.clone(), kv.mod_revision())],
-                    vec![delete(key), delete(self.keys.inode(ino))],
+                    vec![
+                        delete(key),
+                        delete(self.keys.inode(ino)),
+                        delete(self.keys.linkable(ino)),
+                    ],
                 )
                 .await?;
         }

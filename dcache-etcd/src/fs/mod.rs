@@ -452,6 +452,20 @@ impl FileSystem for EtcdFs {
         self.block(self.inner.link(ino, newdir, newname))
     }
 
+    /// Object-store volumes only (their unlinked open files are kept, and
+    /// so is a file with no name yet); inline ones answer EOPNOTSUPP, as
+    /// a Linux filesystem without `->tmpfile`.
+    fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<(Attr, u64)> {
+        if !self.inner.keeps_unlinked() {
+            return Err(Errno::ENOTSUP);
+        }
+        let attr = self.block(self.inner.tmpfile(dir, perm, flags, ctx))?;
+        // Registered as open before the collector could look (its dead
+        // record is younger than the grace period).
+        let fh = self.open(attr.ino, flags)?;
+        Ok((attr, fh))
+    }
+
     fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
         self.getattr(ino)?;
         // Close-to-open: the first read after an open asks etcd, so it

@@ -248,6 +248,43 @@ impl Inner {
         }
     }
 
+    /// `O_TMPFILE` in `dir` (object-store volumes): a regular file with no
+    /// name, kept (nlink 0) as an unlinked open file is: its dead record
+    /// is written with it, so the collector reclaims it after its last
+    /// close (`opens`). Without `O_EXCL` it is also marked linkable.
+    pub(super) async fn tmpfile(&self, dir: Ino, perm: u16, flags: i32, ctx: Ctx) -> Result<Attr> {
+        let dl = self.deadline();
+        let ino = self.alloc_ino(dl).await?;
+        let dkey = self.keys.inode(dir);
+        let mut attempt = 0;
+        loop {
+            let (_, rs) = self.read(dl, vec![get(dkey.clone())]).await?;
+            let (drec, dmr) = dir_of(&rs[0])?;
+            if drec.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+            let (perm, gid) = permission::inode_init_owner(drec.perm_of(), ctx.gid, perm, false);
+            let mut rec = Rec::new(FileType::Regular, perm, ctx.uid, gid);
+            rec.nlink = 0;
+            let ikey = self.keys.inode(ino);
+            let cmps = vec![same(dkey.clone(), dmr), absent(ikey.clone())];
+            let mut ops = vec![put(ikey, rec.encode()), self.drop_data(ino)];
+            if flags & libc::O_EXCL == 0 {
+                ops.push(put(self.keys.linkable(ino), Vec::new()));
+            }
+            match self.commit(dl, cmps, ops).await? {
+                Outcome::Committed(rev) => {
+                    self.cache.record(ino, Some((&rec, rev)), rev);
+                    return Ok(rec.attr(ino));
+                }
+                Outcome::Conflict => {
+                    attempt += 1;
+                    self.pause(attempt).await;
+                }
+            }
+        }
+    }
+
     pub(super) async fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         let dl = self.deadline();
@@ -260,6 +297,7 @@ impl Inner {
             let dkey = self.keys.inode(newdir);
             let ekey = self.keys.entry(newdir, newname);
             let tkey = self.tally_key(newdir, &lane);
+            let lkey = self.keys.linkable(ino);
             let (_, rs) = self
                 .read(
                     dl,
@@ -268,6 +306,7 @@ impl Inner {
                         get(dkey.clone()),
                         get(ekey.clone()),
                         get(tkey.clone()),
+                        get(lkey.clone()),
                     ],
                 )
                 .await?;
@@ -276,7 +315,10 @@ impl Inner {
             if rec.is_dir() {
                 return Err(Errno::EPERM);
             }
-            if rec.nlink == 0 || drec.nlink == 0 {
+            // An unlinked inode gets no name back, unless it is an
+            // O_TMPFILE one made without O_EXCL (as on Linux).
+            let linkable = rs[4].kvs().first().map(|kv| kv.mod_revision());
+            if (rec.nlink == 0 && linkable.is_none()) || drec.nlink == 0 {
                 return Err(Errno::ENOENT);
             }
             if !rs[2].kvs().is_empty() {
@@ -301,6 +343,13 @@ impl Inner {
                 absent(ekey.clone()),
             ];
             let mut ops = vec![put(ikey, rec.encode()), put(ekey, entry.encode())];
+            if let (1, Some(lmr)) = (rec.nlink, linkable) {
+                // The tmpfile's first name: no longer linkable, and no
+                // longer the collector's once closed.
+                cmps.push(same(lkey.clone(), lmr));
+                ops.push(delete(lkey));
+                ops.push(delete(self.keys.dead_inode(ino)));
+            }
             let tallies = self.tally_ops(std::slice::from_ref(&change), now, &mut cmps, &mut ops);
             match self.commit_mirrored(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {

@@ -351,6 +351,7 @@ impl Inner {
 
     /// `SEEK_DATA` / `SEEK_HOLE` from the lists (the end of the file is a
     /// hole; a hole is any byte no slice covers).
+    /// SEEK_DATA / SEEK_HOLE from `off`, in pages of [`PAGE`] bytes.
     pub(super) async fn obj_seek(&self, ino: Ino, off: u64, whence: i32) -> Result<u64> {
         self.flush_ino(ino).await?;
         let dl = self.deadline();
@@ -363,6 +364,9 @@ impl Inner {
         let data = whence == libc::SEEK_DATA;
         let end = prefix_end(&self.keys.slice_lists(ino));
         let mut from = self.keys.slices(ino, off / SLICE_CHUNK);
+        // Data and holes in whole pages, as tmpfs (and ext4, in blocks)
+        // answer: a page with any byte written is data.
+        let (down, up) = (|x: u64| x & !(PAGE - 1), |x: u64| x.div_ceil(PAGE) * PAGE);
         // SEEK_HOLE: the end of the data that runs on from `off`.
         let mut cur = off;
         loop {
@@ -375,7 +379,7 @@ impl Inner {
                 let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
                 let base = idx * SLICE_CHUNK;
                 for s in slices::flatten(&slices::decode(kv.value())?) {
-                    let (a, b) = (base + s.pos, base + s.end());
+                    let (a, b) = (down(base + s.pos), up(base + s.end()));
                     if b <= cur {
                         continue;
                     }
@@ -408,6 +412,9 @@ impl Inner {
         }
     }
 }
+
+/// The granularity of SEEK_DATA / SEEK_HOLE answers (tmpfs's page).
+const PAGE: u64 = 4096;
 
 /// `f` on the disk cache, if there is one, off the runtime's threads;
 /// `None`: no cache, a miss, or the task failed.
