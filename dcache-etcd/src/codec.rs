@@ -288,6 +288,11 @@ pub struct Rec {
     pub ctime: Timespec,
     /// Directories: the slot the next entry gets (its readdir cookie).
     pub next_slot: u64,
+    /// Regular files of object-store volumes: 1 + the pages their lists
+    /// cover (`st_blocks`, as tmpfs counts the pages it holds); 0: not
+    /// counted (inline volumes, files from before the count), `st_blocks`
+    /// is then the size. Stored in the word a directory's `next_slot` is.
+    pub alloc: u64,
     /// Symlinks: the target.
     pub target: Vec<u8>,
     /// Extended attributes (shared, so that copying a record, as the
@@ -388,6 +393,7 @@ impl Rec {
             mtime: now,
             ctime: now,
             next_slot: 0,
+            alloc: 0,
             target: Vec::new(),
             xattrs: Arc::default(),
         }
@@ -416,7 +422,13 @@ impl Rec {
         put_ts(&mut v, self.atime);
         put_ts(&mut v, self.mtime);
         put_ts(&mut v, self.ctime);
-        v.extend_from_slice(&self.next_slot.to_le_bytes());
+        // One word: a directory's next slot, a file's allocation count.
+        let word = if self.is_dir() {
+            self.next_slot
+        } else {
+            self.alloc
+        };
+        v.extend_from_slice(&word.to_le_bytes());
         if self.xattrs.is_empty() {
             v.extend_from_slice(&self.target);
             return v;
@@ -459,9 +471,13 @@ impl Rec {
             mtime: r.ts()?,
             ctime: r.ts()?,
             next_slot: r.u64()?,
+            alloc: 0,
             target: Vec::new(),
             xattrs: Arc::default(),
         };
+        if !rec.is_dir() {
+            rec.alloc = std::mem::take(&mut rec.next_slot);
+        }
         if version == REC_VERSION {
             rec.target = r.0.to_vec();
             return Ok(rec);
@@ -486,10 +502,18 @@ impl Rec {
     }
 
     pub fn attr(&self, ino: Ino) -> Attr {
+        // Counted files: the pages held, in 4 KiB blocks as tmpfs's.
+        let (blocks, blksize) = match self.alloc {
+            0 => (self.size.div_ceil(512), CHUNK as u32),
+            n => (
+                (n - 1) * (crate::slices::PAGE / 512),
+                crate::slices::PAGE as u32,
+            ),
+        };
         Attr {
             ino,
             size: self.size,
-            blocks: self.size.div_ceil(512),
+            blocks,
             atime: self.atime,
             mtime: self.mtime,
             ctime: self.ctime,
@@ -499,7 +523,14 @@ impl Rec {
             uid: self.uid,
             gid: self.gid,
             rdev: self.rdev,
-            blksize: CHUNK as u32,
+            blksize,
+        }
+    }
+
+    /// Add `delta` pages to a counted file's allocation.
+    pub fn count_pages(&mut self, delta: i64) {
+        if self.alloc > 0 {
+            self.alloc = self.alloc.saturating_add_signed(delta).max(1);
         }
     }
 

@@ -36,6 +36,32 @@ pub const MAX_SLICES: usize = 16 * 1024;
 const LIST_VERSION: u8 = 1;
 const SLICE_BYTES: usize = 20;
 
+/// The id of a slice that names no object: `len` zero bytes that
+/// `fallocate` reserved (slice ids from the allocator start at 1). Read as
+/// zeros, a hole to SEEK_DATA (as tmpfs's reserved pages), counted in
+/// `st_blocks`.
+pub const ZERO: u64 = 0;
+
+/// The granularity of allocation and of SEEK_DATA / SEEK_HOLE answers:
+/// tmpfs's page.
+pub const PAGE: u64 = 4096;
+
+/// The pages of a chunk a resolved list covers (any byte of a page
+/// counts it, as a page tmpfs holds).
+pub fn pages(list: &[Slice]) -> u64 {
+    let mut n = 0;
+    // The first page not yet counted.
+    let mut next = 0;
+    for s in list {
+        let (a, b) = ((s.pos / PAGE).max(next), s.end().div_ceil(PAGE));
+        if b > a {
+            n += b - a;
+            next = b;
+        }
+    }
+    n
+}
+
 /// One slice: `len` bytes of object `id` from `off` go at `pos` in the chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slice {
@@ -152,7 +178,7 @@ pub fn dropped(before: &[Slice], after: &[Slice]) -> Vec<u64> {
     let mut ids: Vec<u64> = before
         .iter()
         .map(|s| s.id)
-        .filter(|id| !keep.contains(id))
+        .filter(|id| *id != ZERO && !keep.contains(id))
         .collect();
     ids.sort_unstable();
     ids.dedup();
@@ -243,6 +269,38 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn pages_count_each_page_any_slice_touches_once() {
+        assert_eq!(pages(&[]), 0);
+        assert_eq!(pages(&[s(1, 0, 1, 0)]), 1);
+        assert_eq!(pages(&[s(1, 5, 20_000, 0)]), 5, "bytes 5..20005");
+        // Two slices in one page, then one across two pages.
+        let l = [s(1, 0, 10, 0), s(2, 100, 10, 0), s(3, 4000, 200, 0)];
+        assert_eq!(pages(&l), 2);
+        // Holes between: each side counted.
+        let l = [s(1, 0, PAGE, 0), s(ZERO, 3 * PAGE, 2 * PAGE, 0)];
+        assert_eq!(pages(&l), 3);
+        // Against a page set, on random resolved lists.
+        let mut seed = 7u64;
+        for _ in 0..200 {
+            let mut list = Vec::new();
+            for _ in 0..6 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let pos = (seed >> 33) % (40 * PAGE);
+                let len = 1 + (seed >> 13) % (3 * PAGE);
+                overlay(&mut list, s(1 + (seed & 3), pos, len, 0));
+            }
+            let mut set = std::collections::BTreeSet::new();
+            for x in &list {
+                for p in x.pos / PAGE..x.end().div_ceil(PAGE) {
+                    set.insert(p);
+                }
+            }
+            assert_eq!(pages(&list), set.len() as u64, "{list:?}");
+        }
+        assert_eq!(dropped(&[s(ZERO, 0, 9, 0), s(4, 9, 1, 0)], &[]), vec![4]);
     }
 
     #[test]

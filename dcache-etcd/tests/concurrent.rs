@@ -485,13 +485,16 @@ fn creates_in_one_directory_and_rmdir_race_soundly() {
     });
     // Creates compare the directory's record but do not write it (each
     // client counts in its own tally, `dcache_etcd::tally`): racing ones
-    // in one directory do not conflict.
+    // in one directory do not conflict. What may still conflict is the
+    // two clients taking batches of 64 inode numbers at once (a dozen
+    // batches here); with the directory's record rewritten by every
+    // create it was about one conflict per create.
     let lost = conflicts() - before;
     println!(
         "{} creates in one directory from two clients: {lost} conflicts",
         2 * per
     );
-    assert_eq!(lost, 0, "creates in one directory serialised");
+    assert!(lost <= 12, "creates in one directory serialised: {lost}");
     let mut n = 0;
     a.as_root()
         .readdir(At::Root, "/d", 0, &mut |e| {

@@ -55,12 +55,13 @@ impl Inner {
                     _ => return Err(Errno::EINVAL),
                 }
                 if size < rec.size && objects {
-                    let (cut, gone, partial) = self.cut_ops(size, &rs[1])?;
-                    ops.extend(cut);
-                    if !gone.is_empty() {
-                        ops.push(self.garbage_op(dl, gone).await?);
+                    let cut = self.cut_ops(size, &rs[1])?;
+                    rec.count_pages(cut.pages);
+                    ops.extend(cut.ops);
+                    if !cut.gone.is_empty() {
+                        ops.push(self.garbage_op(dl, cut.gone).await?);
                     }
-                    if let Some(part) = partial {
+                    if let Some(part) = cut.partial {
                         // More lists past the cut than one transaction
                         // takes: this round drops the highest and leaves
                         // the size at the lowest of them; the next goes on.

@@ -529,10 +529,12 @@ impl FileSystem for EtcdFs {
         }
     }
 
-    /// Object-store volumes: mode 0 and `KEEP_SIZE` set the size only
-    /// (nothing is reserved: an object store has no blocks to reserve),
-    /// `PUNCH_HOLE` removes the range from the slice lists, `ZERO_RANGE`
-    /// does too and grows the size as mode 0 does. Inline volumes: none.
+    /// Object-store volumes: mode 0 and `KEEP_SIZE` reserve the range's
+    /// holes with object-less zero slices (counted in `st_blocks` as
+    /// tmpfs counts reserved pages; an object store itself has nothing to
+    /// reserve) and mode 0 grows the size; `PUNCH_HOLE` removes the range
+    /// from the slice lists; `ZERO_RANGE` punches, then reserves (as ext4
+    /// leaves zeroed blocks allocated). Inline volumes: none.
     fn fallocate(&self, ino: Ino, _fh: u64, mode: i32, offset: u64, len: u64) -> Result<()> {
         if self.inner.objects.get().is_none() {
             return Err(Errno::ENOTSUP);
@@ -542,14 +544,17 @@ impl FileSystem for EtcdFs {
         if end > crate::slices::MAX_FILE_OBJECTS {
             return Err(Errno::EFBIG);
         }
-        let punch = match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => false,
-            libc::FALLOC_FL_PUNCH_HOLE if keep => true,
-            libc::FALLOC_FL_ZERO_RANGE => true,
+        let (punch, reserve) = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => (false, true),
+            libc::FALLOC_FL_PUNCH_HOLE if keep => (true, false),
+            libc::FALLOC_FL_ZERO_RANGE => (true, true),
             _ => return Err(Errno::ENOTSUP),
         };
         if punch {
             self.block(self.inner.punch(ino, offset, end))?;
+        }
+        if reserve && len > 0 {
+            self.block(self.inner.reserve(ino, offset, end))?;
         }
         if !keep && end > self.getattr(ino)?.size {
             let set = SetAttr {

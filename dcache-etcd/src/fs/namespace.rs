@@ -104,6 +104,9 @@ impl Inner {
             let mut rec = Rec::new(kind, perm, ctx.uid, gid);
             rec.rdev = rdev;
             rec.target = target.to_vec();
+            if kind == FileType::Regular && self.keeps_unlinked() {
+                rec.alloc = 1; // its pages are counted from the start
+            }
             rec.size = if is_dir {
                 2 * DIRENT
             } else {
@@ -266,6 +269,7 @@ impl Inner {
             let (perm, gid) = permission::inode_init_owner(drec.perm_of(), ctx.gid, perm, false);
             let mut rec = Rec::new(FileType::Regular, perm, ctx.uid, gid);
             rec.nlink = 0;
+            rec.alloc = 1;
             let ikey = self.keys.inode(ino);
             let cmps = vec![same(dkey.clone(), dmr), absent(ikey.clone())];
             let mut ops = vec![put(ikey, rec.encode()), self.drop_data(ino)];

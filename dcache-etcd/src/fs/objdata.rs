@@ -277,11 +277,13 @@ impl Inner {
             return Ok(Vec::new());
         };
         let (lo, hi) = (first.pos, last.end());
+        let written = || list.iter().filter(|s| s.id != slices::ZERO);
         let objs = self
-            .fetch_objects(list.iter().map(|s| s.id).collect())
+            .fetch_objects(written().map(|s| s.id).collect())
             .await?;
         let mut bytes = vec![0u8; (hi - lo) as usize];
-        for s in list {
+        // (Reserved slices are zeros: they become written ones.)
+        for s in written() {
             let b = objs.get(&s.id).ok_or(Errno::EIO)?;
             let src = b
                 .get(s.off as usize..(s.off + s.len) as usize)
@@ -349,6 +351,7 @@ impl Inner {
             regular(rec.kind)?;
             let mut ops = Vec::with_capacity(group.len() + 2);
             let mut gone = Vec::new();
+            let mut pages = 0i64;
             for ((idx, new), r) in group.iter().zip(&rs[1..]) {
                 let old = list_of(r)?;
                 let mut list = old.clone();
@@ -361,8 +364,10 @@ impl Inner {
                     dl = self.deadline();
                 }
                 gone.extend(slices::dropped(&old, &list));
+                pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
                 ops.push(put(self.keys.slices(ino, *idx), slices::encode(&list)));
             }
+            rec.count_pages(pages);
             let now = Timespec::now();
             rec.size = rec.size.max(end);
             rec.mtime = mtime.unwrap_or(now);

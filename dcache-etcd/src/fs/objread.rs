@@ -14,13 +14,13 @@ use etcd_client::{GetOptions, GetResponse, TxnOp};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 
-use super::client::{delete, get, put, rec_of, same, Outcome};
+use super::client::{absent, delete, get, put, rec_of, same, Outcome};
 use super::diskcache::DiskCache;
 use super::lists::List;
 use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
 use super::Inner;
 use crate::codec::prefix_end;
-use crate::slices::{self, SLICE_CHUNK};
+use crate::slices::{self, Slice, SLICE_CHUNK};
 
 impl Inner {
     /// The get of `ino`'s lists for chunks `first..=last`.
@@ -121,7 +121,8 @@ impl Inner {
         let mut copies = Vec::new();
         for (idx, list) in lists {
             let base = idx * SLICE_CHUNK;
-            for s in list.iter() {
+            // Reserved (object-less) slices read as the zeros `out` holds.
+            for s in list.iter().filter(|s| s.id != slices::ZERO) {
                 let (a, b) = ((base + s.pos).max(off), (base + s.end()).min(hi));
                 if a < b {
                     copies.push((s.id, s.off + (a - base - s.pos), b - a, a - off));
@@ -257,19 +258,13 @@ impl Inner {
         )
     }
 
-    /// The ops that cut the lists `r` (from [`cut_read`](Self::cut_read))
-    /// at `size`, the garbage they leave, and, when more lists lie past
-    /// the cut than one transaction takes, the size this round leaves the
-    /// file at (the lowest chunk it emptied), for another round to go on
-    /// from.
-    pub(super) fn cut_ops(
-        &self,
-        size: u64,
-        r: &GetResponse,
-    ) -> Result<(Vec<TxnOp>, Vec<u64>, Option<u64>)> {
+    /// What cutting the lists `r` (from [`cut_read`](Self::cut_read)) at
+    /// `size` takes.
+    pub(super) fn cut_ops(&self, size: u64, r: &GetResponse) -> Result<Cut> {
         let mut ops = Vec::new();
         let mut gone = Vec::new();
         let mut lowest = u64::MAX;
+        let mut pages = 0i64;
         for kv in r.kvs() {
             let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
             lowest = lowest.min(idx);
@@ -277,6 +272,7 @@ impl Inner {
             let old = slices::flatten(&slices::decode(kv.value())?);
             let mut list = old.clone();
             slices::punch(&mut list, size.saturating_sub(base), SLICE_CHUNK);
+            pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
             gone.extend(slices::dropped(&old, &list));
             ops.push(if list.is_empty() {
                 delete(kv.key().to_vec())
@@ -285,7 +281,12 @@ impl Inner {
             });
         }
         let partial = r.more().then(|| (lowest * SLICE_CHUNK).max(size));
-        Ok((ops, gone, partial))
+        Ok(Cut {
+            ops,
+            gone,
+            partial,
+            pages,
+        })
     }
 
     /// `fallocate(PUNCH_HOLE)` and the punch of `ZERO_RANGE`: remove
@@ -306,6 +307,7 @@ impl Inner {
                 regular(rec.kind)?;
                 let mut ops = Vec::new();
                 let mut gone = Vec::new();
+                let mut pages = 0i64;
                 for kv in rs[1].kvs() {
                     let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
                     let base = idx * SLICE_CHUNK;
@@ -319,6 +321,7 @@ impl Inner {
                     if list == old {
                         continue;
                     }
+                    pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
                     gone.extend(slices::dropped(&old, &list));
                     ops.push(if list.is_empty() {
                         delete(kv.key().to_vec())
@@ -326,6 +329,7 @@ impl Inner {
                         put(kv.key().to_vec(), slices::encode(&list))
                     });
                 }
+                rec.count_pages(pages);
                 let now = Timespec::now();
                 rec.mtime = now;
                 rec.ctime = now;
@@ -349,9 +353,84 @@ impl Inner {
         Ok(())
     }
 
-    /// `SEEK_DATA` / `SEEK_HOLE` from the lists (the end of the file is a
-    /// hole; a hole is any byte no slice covers).
-    /// SEEK_DATA / SEEK_HOLE from `off`, in pages of [`PAGE`] bytes.
+    /// `fallocate` mode 0 (and the reservation of `ZERO_RANGE`) on a file
+    /// whose pages are counted: the holes of the pages `[lo, hi)` touches
+    /// get object-less zero slices ([`slices::ZERO`]), so `st_blocks`
+    /// counts them as tmpfs counts the pages it reserves, and they read
+    /// as zeros and stay holes to SEEK_DATA. [`GROUP`] chunks a
+    /// transaction. A file not counted (from before the count) reserves
+    /// nothing, as before.
+    pub(super) async fn reserve(&self, ino: Ino, lo: u64, hi: u64) -> Result<()> {
+        let page = slices::PAGE;
+        let (lo, hi) = (lo / page * page, hi.div_ceil(page) * page);
+        if lo >= hi {
+            return Ok(());
+        }
+        self.flush_ino(ino).await?;
+        let dl = self.deadline();
+        let ikey = self.keys.inode(ino);
+        let last = (hi - 1) / SLICE_CHUNK;
+        let mut first = lo / SLICE_CHUNK;
+        while first <= last {
+            let upto = (first + GROUP as u64 - 1).min(last);
+            let mut attempt = 0;
+            loop {
+                let reads = vec![get(ikey.clone()), self.lists_range(ino, first, upto)];
+                let (_, rs) = self.read(dl, reads).await?;
+                let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+                regular(rec.kind)?;
+                if rec.alloc == 0 {
+                    return Ok(());
+                }
+                let mut have = HashMap::new();
+                for kv in rs[1].kvs() {
+                    let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
+                    have.insert(idx, slices::flatten(&slices::decode(kv.value())?));
+                }
+                let mut cmps = vec![same(ikey.clone(), mr)];
+                let mut ops = Vec::new();
+                let mut pages = 0i64;
+                for idx in first..=upto {
+                    let base = idx * SLICE_CHUNK;
+                    let (a, b) = (lo.max(base) - base, hi.min(base + SLICE_CHUNK) - base);
+                    let old = have.remove(&idx).unwrap_or_default();
+                    let list = with_zeros(&old, a, b);
+                    if list == old {
+                        continue;
+                    }
+                    let key = self.keys.slices(ino, idx);
+                    if old.is_empty() {
+                        // Created here: no other writer may have made it.
+                        cmps.push(absent(key.clone()));
+                    }
+                    pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
+                    ops.push(put(key, slices::encode(&list)));
+                }
+                if ops.is_empty() {
+                    break;
+                }
+                rec.count_pages(pages);
+                rec.ctime = Timespec::now();
+                ops.push(put(ikey.clone(), rec.encode()));
+                match self.commit(dl, cmps, ops).await? {
+                    Outcome::Committed(rev) => {
+                        self.cache.record(ino, Some((&rec, rev)), rev);
+                        break;
+                    }
+                    Outcome::Conflict => {
+                        attempt += 1;
+                        self.pause(attempt).await;
+                    }
+                }
+            }
+            first = upto + 1;
+        }
+        Ok(())
+    }
+
+    /// `SEEK_DATA` / `SEEK_HOLE` from `off`, from the lists in pages of
+    /// [`slices::PAGE`] bytes (the end of the file is a hole; so is any
+    /// page no written slice touches).
     pub(super) async fn obj_seek(&self, ino: Ino, off: u64, whence: i32) -> Result<u64> {
         self.flush_ino(ino).await?;
         let dl = self.deadline();
@@ -366,7 +445,8 @@ impl Inner {
         let mut from = self.keys.slices(ino, off / SLICE_CHUNK);
         // Data and holes in whole pages, as tmpfs (and ext4, in blocks)
         // answer: a page with any byte written is data.
-        let (down, up) = (|x: u64| x & !(PAGE - 1), |x: u64| x.div_ceil(PAGE) * PAGE);
+        let page = slices::PAGE;
+        let (down, up) = (|x: u64| x & !(page - 1), |x: u64| x.div_ceil(page) * page);
         // SEEK_HOLE: the end of the data that runs on from `off`.
         let mut cur = off;
         loop {
@@ -378,7 +458,9 @@ impl Inner {
             for kv in rs[0].kvs() {
                 let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
                 let base = idx * SLICE_CHUNK;
-                for s in slices::flatten(&slices::decode(kv.value())?) {
+                // Reserved slices are holes, as tmpfs's reserved pages.
+                let written = slices::flatten(&slices::decode(kv.value())?);
+                for s in written.into_iter().filter(|s| s.id != slices::ZERO) {
                     let (a, b) = (down(base + s.pos), up(base + s.end()));
                     if b <= cur {
                         continue;
@@ -413,8 +495,50 @@ impl Inner {
     }
 }
 
-/// The granularity of SEEK_DATA / SEEK_HOLE answers (tmpfs's page).
-const PAGE: u64 = 4096;
+/// A truncate's round over the lists past the cut.
+pub(super) struct Cut {
+    /// The puts and deletes of the lists.
+    pub ops: Vec<TxnOp>,
+    /// The objects they leave unreferenced.
+    pub gone: Vec<u64>,
+    /// When more lists lie past the cut than one transaction takes: the
+    /// size this round leaves the file at (the lowest chunk it emptied),
+    /// for another round to go on from.
+    pub partial: Option<u64>,
+    /// The pages the cut frees (negative).
+    pub pages: i64,
+}
+
+/// A resolved list with its holes in `[a, b)` filled by zero slices.
+fn with_zeros(list: &[Slice], a: u64, b: u64) -> Vec<Slice> {
+    let mut out = list.to_vec();
+    let mut at = a;
+    for s in list {
+        if s.end() <= at {
+            continue;
+        }
+        if s.pos >= b {
+            break;
+        }
+        if s.pos > at {
+            slices::overlay(&mut out, zero(at, s.pos));
+        }
+        at = at.max(s.end());
+    }
+    if at < b {
+        slices::overlay(&mut out, zero(at, b));
+    }
+    out
+}
+
+fn zero(a: u64, b: u64) -> Slice {
+    Slice {
+        id: slices::ZERO,
+        pos: a,
+        len: b - a,
+        off: 0,
+    }
+}
 
 /// `f` on the disk cache, if there is one, off the runtime's threads;
 /// `None`: no cache, a miss, or the task failed.
@@ -444,7 +568,7 @@ fn ahead(
     let mut next: Vec<(u64, u64)> = lists
         .iter()
         .flat_map(|(idx, l)| l.iter().map(move |s| (idx * SLICE_CHUNK + s.pos, s.id)))
-        .filter(|&(at, id)| at >= hi && !have.contains(&id))
+        .filter(|&(at, id)| at >= hi && id != slices::ZERO && !have.contains(&id))
         .collect();
     next.sort_unstable();
     let mut out: Vec<u64> = Vec::with_capacity(AHEAD);
@@ -462,7 +586,37 @@ fn ahead(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slices::Slice;
+
+    #[test]
+    fn reserving_fills_only_the_holes_of_the_range() {
+        let sl = |id, pos, len| Slice {
+            id,
+            pos,
+            len,
+            off: 0,
+        };
+        let z = |pos, len| sl(slices::ZERO, pos, len);
+        assert_eq!(with_zeros(&[], 0, 8192), vec![z(0, 8192)]);
+        let list = vec![sl(5, 100, 50), sl(6, 9000, 1000)];
+        assert_eq!(
+            with_zeros(&list, 0, 12288),
+            vec![
+                z(0, 100),
+                sl(5, 100, 50),
+                z(150, 8850),
+                sl(6, 9000, 1000),
+                z(10000, 2288)
+            ]
+        );
+        // Data is never covered; a range inside one slice adds nothing.
+        assert_eq!(with_zeros(&list, 9000, 10000), list);
+        assert_eq!(with_zeros(&list, 4096, 8192), {
+            let mut l = list.clone();
+            slices::overlay(&mut l, z(4096, 4096));
+            l
+        });
+        assert_eq!(slices::pages(&with_zeros(&list, 0, 12288)), 3);
+    }
 
     #[test]
     fn read_ahead_takes_the_next_objects_in_file_order() {
