@@ -27,23 +27,29 @@ fn keys(ep: &str, part: &str) -> Vec<String> {
     keys_under(ep, &format!("/ou/{part}"))
 }
 
+/// etcd, a local store and a volume `/ou` on them, and client options
+/// with a 1 s grace period (`None`: a component is missing, said once).
+fn volume(t: &str) -> Option<(Cluster, TestStore, String, Options)> {
+    if !etcd_available(t) {
+        return None;
+    }
+    let store = TestStore::new(Store::Local, t)?;
+    let etcd = Cluster::start(1);
+    let spec = object_volume(&etcd, "/ou", &store);
+    let opts = Options {
+        gc_grace: Duration::from_secs(1),
+        ..Options::default()
+    };
+    Some((etcd, store, spec, opts))
+}
+
 #[test]
 fn an_unlinked_open_file_keeps_its_data_until_the_last_close() {
     let t = "an_unlinked_open_file_keeps_its_data_until_the_last_close";
-    if !etcd_available(t) {
-        return;
-    }
-    let Some(store) = TestStore::new(Store::Local, t) else {
+    let Some((etcd, store, spec, opts)) = volume(t) else {
         return;
     };
-    let etcd = Cluster::start(1);
-    let ep = etcd.endpoint(0);
-    let spec = object_volume(&etcd, "/ou", &store);
-    let grace = Duration::from_secs(1);
-    let opts = Options {
-        gc_grace: grace,
-        ..Options::default()
-    };
+    let (ep, grace) = (etcd.endpoint(0), opts.gc_grace);
     let (fa, a) = client(&spec, opts.clone());
     let (_fb, b) = client(&spec, opts);
     let objects = || store.objects().len();
@@ -138,20 +144,10 @@ fn an_unlinked_open_file_keeps_its_data_until_the_last_close() {
 #[test]
 fn tmpfiles_are_kept_while_open_and_named_or_collected() {
     let t = "tmpfiles_are_kept_while_open_and_named_or_collected";
-    if !etcd_available(t) {
-        return;
-    }
-    let Some(store) = TestStore::new(Store::Local, t) else {
+    let Some((etcd, store, spec, opts)) = volume(t) else {
         return;
     };
-    let etcd = Cluster::start(1);
-    let ep = etcd.endpoint(0);
-    let spec = object_volume(&etcd, "/ou", &store);
-    let grace = Duration::from_secs(1);
-    let opts = Options {
-        gc_grace: grace,
-        ..Options::default()
-    };
+    let (ep, grace) = (etcd.endpoint(0), opts.gc_grace);
     let (fa, a) = client(&spec, opts);
     let objects = || store.objects().len();
     let inodes_before = keys(&ep, "w/i/").len();

@@ -59,6 +59,7 @@ use crate::codec::{Keys, DIRENT, ROOT_INO};
 use crate::spec::Options;
 use crate::volume::Volume;
 use client::{check_name, get};
+use objread::Edit;
 
 /// Inode numbers a client reserves at a time.
 const INO_BATCH: u64 = 64;
@@ -551,10 +552,10 @@ impl FileSystem for EtcdFs {
             _ => return Err(Errno::ENOTSUP),
         };
         if punch {
-            self.block(self.inner.punch(ino, offset, end))?;
+            self.block(self.inner.edit_lists(ino, offset, end, Edit::Punch))?;
         }
         if reserve && len > 0 {
-            self.block(self.inner.reserve(ino, offset, end))?;
+            self.block(self.inner.edit_lists(ino, offset, end, Edit::Reserve))?;
         }
         if !keep && end > self.getattr(ino)?.size {
             let set = SetAttr {

@@ -14,7 +14,7 @@ use etcd_client::{GetOptions, GetResponse, TxnOp};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 
-use super::client::{absent, delete, get, put, rec_of, same, Outcome};
+use super::client::{delete, get, put, rec_of, same, Outcome};
 use super::diskcache::DiskCache;
 use super::lists::List;
 use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
@@ -289,80 +289,23 @@ impl Inner {
         })
     }
 
-    /// `fallocate(PUNCH_HOLE)` and the punch of `ZERO_RANGE`: remove
-    /// `[lo, hi)` from the lists, [`GROUP`] chunks a transaction.
-    pub(super) async fn punch(&self, ino: Ino, lo: u64, hi: u64) -> Result<()> {
-        self.flush_ino(ino).await?;
-        let dl = self.deadline();
-        let ikey = self.keys.inode(ino);
-        let last = (hi - 1) / SLICE_CHUNK;
-        let mut first = lo / SLICE_CHUNK;
-        while first <= last {
-            let upto = (first + GROUP as u64 - 1).min(last);
-            let mut attempt = 0;
-            loop {
-                let reads = vec![get(ikey.clone()), self.lists_range(ino, first, upto)];
-                let (_, rs) = self.read(dl, reads).await?;
-                let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-                regular(rec.kind)?;
-                let mut ops = Vec::new();
-                let mut gone = Vec::new();
-                let mut pages = 0i64;
-                for kv in rs[1].kvs() {
-                    let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
-                    let base = idx * SLICE_CHUNK;
-                    let old = slices::flatten(&slices::decode(kv.value())?);
-                    let mut list = old.clone();
-                    slices::punch(
-                        &mut list,
-                        lo.saturating_sub(base),
-                        (hi - base.min(hi)).min(SLICE_CHUNK),
-                    );
-                    if list == old {
-                        continue;
-                    }
-                    pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
-                    gone.extend(slices::dropped(&old, &list));
-                    ops.push(if list.is_empty() {
-                        delete(kv.key().to_vec())
-                    } else {
-                        put(kv.key().to_vec(), slices::encode(&list))
-                    });
-                }
-                rec.count_pages(pages);
-                let now = Timespec::now();
-                rec.mtime = now;
-                rec.ctime = now;
-                ops.push(put(ikey.clone(), rec.encode()));
-                if !gone.is_empty() {
-                    ops.push(self.garbage_op(dl, gone).await?);
-                }
-                match self.commit(dl, vec![same(ikey.clone(), mr)], ops).await? {
-                    Outcome::Committed(rev) => {
-                        self.cache.record(ino, Some((&rec, rev)), rev);
-                        break;
-                    }
-                    Outcome::Conflict => {
-                        attempt += 1;
-                        self.pause(attempt).await;
-                    }
-                }
-            }
-            first = upto + 1;
-        }
-        Ok(())
-    }
-
-    /// `fallocate` mode 0 (and the reservation of `ZERO_RANGE`) on a file
-    /// whose pages are counted: the holes of the pages `[lo, hi)` touches
-    /// get object-less zero slices ([`slices::ZERO`]), so `st_blocks`
-    /// counts them as tmpfs counts the pages it reserves, and they read
-    /// as zeros and stay holes to SEEK_DATA. [`GROUP`] chunks a
-    /// transaction. A file not counted (from before the count) reserves
-    /// nothing, as before.
-    pub(super) async fn reserve(&self, ino: Ino, lo: u64, hi: u64) -> Result<()> {
+    /// `fallocate` on the lists of `[lo, hi)`, [`GROUP`] chunks a
+    /// transaction compared on the record (every change to a list writes
+    /// it):
+    /// - [`Edit::Punch`] (PUNCH_HOLE, and ZERO_RANGE first) removes the
+    ///   range; the objects left unreferenced become garbage;
+    /// - [`Edit::Reserve`] (mode 0, KEEP_SIZE, and ZERO_RANGE after the
+    ///   punch) fills the holes of the pages the range touches with
+    ///   object-less zero slices ([`slices::ZERO`]), so `st_blocks` counts
+    ///   them as tmpfs counts the pages it reserves; they read as zeros and
+    ///   stay holes to SEEK_DATA. A file whose pages are not counted (from
+    ///   before the count) reserves nothing, as before.
+    pub(super) async fn edit_lists(&self, ino: Ino, lo: u64, hi: u64, edit: Edit) -> Result<()> {
         let page = slices::PAGE;
-        let (lo, hi) = (lo / page * page, hi.div_ceil(page) * page);
+        let (lo, hi) = match edit {
+            Edit::Punch => (lo, hi),
+            Edit::Reserve => (lo / page * page, hi.div_ceil(page) * page),
+        };
         if lo >= hi {
             return Ok(());
         }
@@ -379,7 +322,7 @@ impl Inner {
                 let (_, rs) = self.read(dl, reads).await?;
                 let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
                 regular(rec.kind)?;
-                if rec.alloc == 0 {
+                if edit == Edit::Reserve && rec.alloc == 0 {
                     return Ok(());
                 }
                 let mut have = HashMap::new();
@@ -387,32 +330,47 @@ impl Inner {
                     let (_, idx) = self.keys.parse_slices(kv.key()).ok_or(Errno::EIO)?;
                     have.insert(idx, slices::flatten(&slices::decode(kv.value())?));
                 }
-                let mut cmps = vec![same(ikey.clone(), mr)];
                 let mut ops = Vec::new();
+                let mut gone = Vec::new();
                 let mut pages = 0i64;
                 for idx in first..=upto {
                     let base = idx * SLICE_CHUNK;
                     let (a, b) = (lo.max(base) - base, hi.min(base + SLICE_CHUNK) - base);
                     let old = have.remove(&idx).unwrap_or_default();
-                    let list = with_zeros(&old, a, b);
+                    let list = match edit {
+                        Edit::Punch => {
+                            let mut l = old.clone();
+                            slices::punch(&mut l, a, b);
+                            l
+                        }
+                        Edit::Reserve => with_zeros(&old, a, b),
+                    };
                     if list == old {
                         continue;
                     }
-                    let key = self.keys.slices(ino, idx);
-                    if old.is_empty() {
-                        // Created here: no other writer may have made it.
-                        cmps.push(absent(key.clone()));
-                    }
                     pages += slices::pages(&list) as i64 - slices::pages(&old) as i64;
-                    ops.push(put(key, slices::encode(&list)));
+                    gone.extend(slices::dropped(&old, &list));
+                    let key = self.keys.slices(ino, idx);
+                    ops.push(if list.is_empty() {
+                        delete(key)
+                    } else {
+                        put(key, slices::encode(&list))
+                    });
                 }
                 if ops.is_empty() {
                     break;
                 }
                 rec.count_pages(pages);
-                rec.ctime = Timespec::now();
+                let now = Timespec::now();
+                if edit == Edit::Punch {
+                    rec.mtime = now;
+                }
+                rec.ctime = now;
                 ops.push(put(ikey.clone(), rec.encode()));
-                match self.commit(dl, cmps, ops).await? {
+                if !gone.is_empty() {
+                    ops.push(self.garbage_op(dl, gone).await?);
+                }
+                match self.commit(dl, vec![same(ikey.clone(), mr)], ops).await? {
                     Outcome::Committed(rev) => {
                         self.cache.record(ino, Some((&rec, rev)), rev);
                         break;
@@ -493,6 +451,13 @@ impl Inner {
             Ok(cur.min(rec.size))
         }
     }
+}
+
+/// What [`Inner::edit_lists`] does to the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Edit {
+    Punch,
+    Reserve,
 }
 
 /// A truncate's round over the lists past the cut.
