@@ -316,7 +316,7 @@ impl Inner {
         // A marker no other commit of this client writes until this one
         // is resolved: a lost answer is then read back from it even when
         // the client's other commits went through meanwhile.
-        let lane = self.lanes.take();
+        let lane = self.marker_lanes.take();
         let marker = self.keys.op_marker(&self.client_id, lane.n);
         // The marker goes on the session lease, so a client that dies
         // leaves none behind; the lease in use is read at each attempt

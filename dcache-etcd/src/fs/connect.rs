@@ -110,6 +110,7 @@ impl EtcdFs {
             op_seq: AtomicU64::new(1),
             pool: Mutex::new((0, 0)),
             lanes: Default::default(),
+            marker_lanes: Default::default(),
             rng: AtomicU64::new(nanos | 1),
             inval: OnceLock::new(),
             attached: Arc::default(),

@@ -121,6 +121,10 @@ struct Inner {
     opens: opens::OpenFiles,
     /// This client's tally lanes (`tallies`).
     lanes: tallies::Lanes,
+    /// Its commit-marker lanes (`client::commit_seq`): a pool of their
+    /// own, so that an operation's commit does not take a second tally
+    /// lane and double the tallies a directory gets from each client.
+    marker_lanes: tallies::Lanes,
 }
 
 /// A change another client made, as the watch saw it.

@@ -24,10 +24,10 @@ pub(super) const FOLD_BATCH: usize = 100;
 /// (below this) is what clients before tallies used.
 pub(super) const SLOT_BASE: u64 = 1 << 48;
 
-/// The lanes of one client: a number held by each operation in flight,
-/// so that no two of them write one tally (each would fail the other's
-/// compare) or one commit marker (`client::commit_seq`). As many as the
-/// most operations ever in flight at once.
+/// A pool of lanes: a number held by each operation in flight, so that
+/// no two of them write one tally (each would fail the other's compare)
+/// or, in a pool of its own, one commit marker (`client::commit_seq`). As
+/// many as the most operations ever in flight at once.
 #[derive(Default)]
 pub(super) struct Lanes(Mutex<(Vec<u16>, u16)>);
 
