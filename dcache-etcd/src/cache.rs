@@ -38,13 +38,24 @@ pub(crate) struct Cached {
 }
 
 impl Cached {
-    fn new(base: Rec, mod_rev: i64, live: bool, dir: Option<Box<DirParts>>) -> Cached {
-        let known = !base.is_dir() || dir.is_some();
+    /// A record kept as it is: never live for a directory, whose tallies
+    /// are not known.
+    fn plain(rec: Rec, mod_rev: i64, live: bool) -> Cached {
         Cached {
-            rec: dir.as_ref().map_or(base, |d| d.effective()),
+            live: live && !rec.is_dir(),
+            rec,
             mod_rev,
-            live: live && known,
-            dir,
+            dir: None,
+        }
+    }
+
+    /// A directory from its stored record and every tally.
+    fn dir(parts: Box<DirParts>, mod_rev: i64, live: bool) -> Cached {
+        Cached {
+            rec: parts.effective(),
+            mod_rev,
+            live,
+            dir: Some(parts),
         }
     }
 }
@@ -453,24 +464,23 @@ impl Cache {
                     (true, None) => cur
                         .filter(|c| c.live)
                         .and_then(|c| c.dir.as_ref())
-                        .map(|d| {
-                            Box::new(DirParts {
-                                base: r.clone(),
-                                tallies: d.tallies.clone(),
-                            })
-                        }),
+                        .map(|d| d.with_base(r.clone())),
                 };
                 if cur.is_some_and(|c| c.mod_rev > mod_rev || (c.live && !live)) {
                     return;
                 }
-                m.insert(ino, Cached::new(r.clone(), mod_rev, live, dir));
+                let new = match dir {
+                    Some(d) => Cached::dir(d, mod_rev, live),
+                    None => Cached::plain(r.clone(), mod_rev, live),
+                };
+                m.insert(ino, new);
             }
             None => {
                 if let Some(c) = cur {
                     if c.mod_rev < read_rev {
                         let mut rec = c.rec.clone();
                         rec.nlink = 0;
-                        m.insert(ino, Cached::new(rec, read_rev, live, None));
+                        m.insert(ino, Cached::plain(rec, read_rev, live));
                     }
                 }
             }
@@ -487,8 +497,7 @@ impl Cache {
             if let Some(d) = c.dir.as_ref() {
                 let mut d = d.clone();
                 if d.event(key, tally, rev) {
-                    let base = d.base.clone();
-                    m.insert(dir, Cached::new(base, c.mod_rev.max(rev), c.live, Some(d)));
+                    m.insert(dir, Cached::dir(d, c.mod_rev.max(rev), c.live));
                 }
             }
         }
@@ -526,20 +535,15 @@ impl Cache {
             if c.mod_rev < rev || (c.mod_rev == rev && c.dir.is_some()) {
                 let new = match rec {
                     // A directory's tallies stay as they are.
-                    Some(r) => {
-                        let dir = c.dir.as_ref().filter(|_| r.is_dir()).map(|d| {
-                            Box::new(DirParts {
-                                base: r.clone(),
-                                tallies: d.tallies.clone(),
-                            })
-                        });
-                        Cached::new(r, rev, c.live, dir)
-                    }
+                    Some(r) => match c.dir.as_ref().filter(|_| r.is_dir()) {
+                        Some(d) => Cached::dir(d.with_base(r), rev, c.live),
+                        None => Cached::plain(r, rev, c.live),
+                    },
                     None => {
                         // Deleted: keep the last attributes, nlink 0.
                         let mut r = c.rec.clone();
                         r.nlink = 0;
-                        Cached::new(r, rev, c.live, None)
+                        Cached::plain(r, rev, c.live)
                     }
                 };
                 m.insert(ino, new);

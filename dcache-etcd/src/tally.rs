@@ -116,6 +116,15 @@ pub struct DirParts {
 }
 
 impl DirParts {
+    /// The same tallies over a new stored record (the record changed; the
+    /// tallies the watch keeps still apply).
+    pub fn with_base(&self, base: Rec) -> Box<DirParts> {
+        Box::new(DirParts {
+            base,
+            tallies: self.tallies.clone(),
+        })
+    }
+
     /// The directory's attributes from its parts.
     pub fn effective(&self) -> Rec {
         let mut r = self.base.clone();
