@@ -100,13 +100,19 @@ else
 fi
 
 # start SERVER TIMEOUT MNT: the daemon in the background (DPID), mounted.
+# Each daemon runs in a session of its own (setsid), as both do when they
+# go to the background by themselves: a daemon in the client's session
+# shares its scheduler autogroup, which changed the round trip's speed by
+# up to 2x for both servers (docs/BENCHMARKS.md, "Keeping the queues' CPUs
+# awake"). This script has no job control, so setsid runs in the
+# background child itself and $! is the daemon.
 start() {
   local s=$1 to=$2 m=$3 log=$W/daemon.log i
   mkdir -p "$m"
   case $s in
-    uring) "$BIN" mount -f --backend "passthrough:$T" -o "uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
-    devfuse) "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
-    libfuse) "$PLL" -f -o "source=$T,timeout=$to,default_permissions" "$m" 2> "$log" & DPID=$! ;;
+    uring) setsid "$BIN" mount -f --backend "passthrough:$T" -o "uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
+    devfuse) setsid "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
+    libfuse) setsid "$PLL" -f -o "source=$T,timeout=$to,default_permissions" "$m" 2> "$log" & DPID=$! ;;
   esac
   wait_mounted "$m" "$log"
   stat "$m/a/b/c/file" > /dev/null

@@ -34,6 +34,8 @@
 //!   (the signal thread) and `daemon` (going to the background).
 //! - [`poll`]: one worker busy-polls /dev/fuse while requests keep coming
 //!   and CPUs are free ([`crate::pollgate`] decides when).
+//! - [`awake`]: over io_uring, a `SCHED_IDLE` keeper per queue keeps the
+//!   queue's CPU from halting while its requests keep coming.
 //! - `testing` (hidden): mount a memfs tree through the daemon for this
 //!   workspace's tests and benchmarks.
 //!
@@ -52,11 +54,13 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-// Under `--cfg loom` only the poll gate and the lookup count are built:
+// Under `--cfg loom` only the poll gate, the keeper's protocol and the
+// lookup count are built:
 // their model tests are the reason for that build, and the rest runs real
 // threads.
 #[cfg(not(loom))]
 pub mod attr;
+pub mod awake;
 #[cfg(not(loom))]
 pub mod backend;
 #[cfg(not(loom))]

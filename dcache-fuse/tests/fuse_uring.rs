@@ -196,7 +196,7 @@ fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
     let agreed = serve::handshake(&dev, &mut fs, true).unwrap();
     assert_ne!(agreed.flags & init::OVER_IO_URING, 0, "io_uring agreed");
     let fs = Arc::new(fs);
-    match uring::start(&dev, fs.clone(), Access::Kernel, 2, 4096).unwrap() {
+    match uring::start(&dev, fs.clone(), Access::Kernel, 2, 4096, None).unwrap() {
         Started::FellBack(e) => eprintln!("fell back as expected: {e}"),
         Started::Rings(r) => panic!("{} queues accepted 4 KiB payloads", r.queues()),
     }

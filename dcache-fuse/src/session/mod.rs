@@ -249,6 +249,7 @@ fn start(
             access,
             uring::DEFAULT_DEPTH,
             serve::MAX_WRITE as usize,
+            options.awake_window(),
         )
         .map_err(|e| other("io_uring", e))?
         {

@@ -28,6 +28,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use io_uring::types;
 
@@ -102,22 +103,25 @@ pub enum Started {
 /// Start one queue per possible CPU on `dev` (after a handshake that
 /// agreed FUSE_OVER_IO_URING), `depth` entries each with a payload buffer
 /// of `payload` bytes (the kernel refuses one smaller than the max_write
-/// INIT agreed: [`MAX_WRITE`]). Err only when a queue failed and the
-/// kernel could not be told to use /dev/fuse instead: the connection
-/// cannot be served then.
+/// INIT agreed: [`MAX_WRITE`]). With `awake`, each queue's CPU is kept
+/// from halting for that long after the queue's last request
+/// ([`crate::awake`]). Err only when a queue failed and the kernel could
+/// not be told to use /dev/fuse instead: the connection cannot be served
+/// then.
 pub fn start<H: Handler>(
     dev: &Arc<Dev>,
     handler: Arc<H>,
     access: Access,
     depth: usize,
     payload: usize,
+    awake: Option<Duration>,
 ) -> io::Result<Started> {
     let mut rings = Rings {
         threads: Vec::new(),
         stop: Arc::new(eventfd()?),
         depth,
     };
-    let started = rings.spawn(dev, handler, access, payload);
+    let started = rings.spawn(dev, handler, access, payload, awake);
     if let Err(e) = started {
         rings.stop();
         let _ = rings.join();
@@ -138,6 +142,7 @@ impl Rings {
         handler: Arc<H>,
         access: Access,
         payload: usize,
+        awake: Option<Duration>,
     ) -> io::Result<()> {
         let n = possible_cpus()?;
         let qids = u16::try_from(n).map_err(|_| io::Error::other("too many CPUs"))?;
@@ -150,11 +155,14 @@ impl Rings {
                 .name(format!("dcache-ring-{qid}"))
                 .spawn(move || {
                     pin_to_cpu(usize::from(qid));
+                    // No keeper is no loss but speed: its errors are not
+                    // the queue's.
+                    let keeper = awake.and_then(|w| crate::awake::start(usize::from(qid), w).ok());
                     let q = queue::Queue::new(dev.as_fd().as_raw_fd(), qid, depth, payload, &*stop);
-                    match q {
+                    let served = match q {
                         Ok(q) => {
                             let _ = tx.send(Ok(()));
-                            q.serve(&*handler, access)
+                            q.serve(&*handler, access, keeper.as_ref().map(|(a, _)| &**a))
                         }
                         Err(e) => {
                             let _ = tx.send(Err(io::Error::new(
@@ -163,7 +171,12 @@ impl Rings {
                             )));
                             Ok(())
                         }
+                    };
+                    if let Some((a, t)) = keeper {
+                        a.stop();
+                        let _ = t.join();
                     }
+                    served
                 })?;
             self.threads.push(t);
         }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::region::Region;
+use crate::awake::Awake;
 use crate::wire::abi::{self, uring, Pod};
 use crate::wire::reply::{LateSink, Out};
 use crate::wire::request::{Malformed, Request};
@@ -283,11 +284,18 @@ impl Queue {
     }
 
     /// Serve until the connection ends (every entry completed with an
-    /// error, ENOTCONN on unmount) or the stop poll fires.
-    pub(super) fn serve<H: Handler>(mut self, handler: &H, access: Access) -> io::Result<()> {
+    /// error, ENOTCONN on unmount) or the stop poll fires; every round of
+    /// completions touches the queue's keeper, if it has one.
+    pub(super) fn serve<H: Handler>(
+        mut self,
+        handler: &H,
+        access: Access,
+        awake: Option<&Awake>,
+    ) -> io::Result<()> {
         let mut out = Out::default();
         out.set_late(self.mailbox.clone());
         let mut done: Vec<(u64, i32)> = std::mem::take(&mut self.early);
+        let origin = std::time::Instant::now();
         done.reserve(self.commit.len() + 1);
         loop {
             if done.is_empty() {
@@ -298,6 +306,9 @@ impl Queue {
                     Err(e) => return Err(e),
                 }
                 done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            }
+            if let Some(a) = awake {
+                a.touch(origin.elapsed().as_nanos() as u64);
             }
             let mut stop = false;
             for &(ud, res) in &done {
