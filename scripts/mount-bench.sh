@@ -32,11 +32,15 @@
 #
 # Needs root (a tmpfs of its own, the io_uring parameter), cc, pkg-config
 # fuse3 and /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c (Debian's
-# libfuse3-dev), fusermount3. Wall-clock figures: a quiet machine. About
+# libfuse3-dev), fusermount3; or LOAD_BIN and PLL_BIN, the client and
+# passthrough_ll built elsewhere. Wall-clock figures: a quiet machine. About
 # 2 minutes per round with SECONDS=2.
 set -euo pipefail
 
 BIN=${1:-target/release/dcache}
+# OURS_OPTS: more -o options for our daemons (e.g. poll_us=1000 for the
+# io_uring keepers).
+OURS=${OURS_OPTS:+,$OURS_OPTS}
 ROUNDS=${2:-5}
 SECS=${3:-2}
 THREADS=${THREADS:-1 2}
@@ -47,7 +51,7 @@ ME=mount-bench
 
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 [ -x "$BIN" ] || { echo "$ME: no executable $BIN" >&2; exit 2; }
-[ -r "$PLL_SRC" ] || { echo "$ME: no $PLL_SRC (install libfuse3-dev)" >&2; exit 2; }
+[ -n "${PLL_BIN:-}" ] || [ -r "$PLL_SRC" ] || { echo "$ME: no $PLL_SRC (install libfuse3-dev)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "$ME: needs root (its own tmpfs, the io_uring parameter)" >&2; exit 2; }
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/mount-bench.XXXXXX")
@@ -78,11 +82,17 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 mkdir -p "$W/bin" "$W/tree"
-cc -O2 -pthread -o "$W/bin/mountload" "$HERE/mountload.c"
-# shellcheck disable=SC2046 # pkg-config prints several words on purpose
-cc -O2 $(pkg-config fuse3 --cflags) -o "$W/bin/passthrough_ll" "$PLL_SRC" $(pkg-config fuse3 --libs)
-LOAD=$W/bin/mountload
-PLL=$W/bin/passthrough_ll
+# LOAD_BIN and PLL_BIN name clients and servers built elsewhere (for a
+# machine without a compiler or libfuse3-dev).
+if [ -n "${LOAD_BIN:-}" ]; then LOAD=$LOAD_BIN; else
+  cc -O2 -pthread -o "$W/bin/mountload" "$HERE/mountload.c"
+  LOAD=$W/bin/mountload
+fi
+if [ -n "${PLL_BIN:-}" ]; then PLL=$PLL_BIN; else
+  # shellcheck disable=SC2046 # pkg-config prints several words on purpose
+  cc -O2 $(pkg-config fuse3 --cflags) -o "$W/bin/passthrough_ll" "$PLL_SRC" $(pkg-config fuse3 --libs)
+  PLL=$W/bin/passthrough_ll
+fi
 
 T=$W/tree
 mount -t tmpfs -o size=6g tmpfs "$T"
@@ -110,8 +120,8 @@ start() {
   local s=$1 to=$2 m=$3 log=$W/daemon.log i
   mkdir -p "$m"
   case $s in
-    uring) setsid "$BIN" mount -f --backend "passthrough:$T" -o "uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
-    devfuse) setsid "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to" "$m" 2> "$log" & DPID=$! ;;
+    uring) setsid "$BIN" mount -f --backend "passthrough:$T" -o "uring,timeout=$to$OURS" "$m" 2> "$log" & DPID=$! ;;
+    devfuse) setsid "$BIN" mount -f --backend "passthrough:$T" -o "no_uring,timeout=$to$OURS" "$m" 2> "$log" & DPID=$! ;;
     libfuse) setsid "$PLL" -f -o "source=$T,timeout=$to,default_permissions" "$m" 2> "$log" & DPID=$! ;;
   esac
   wait_mounted "$m" "$log"
@@ -142,7 +152,7 @@ load() {
   done
 }
 
-echo "dcache: $BIN"
+echo "dcache: $BIN${OURS:+ (-o ...$OURS)}"
 echo "host: $(nproc) CPUs, $(uname -r); rounds=$ROUNDS seconds=$SECS threads=\"$THREADS\""
 echo "servers: $SERVERS (over tmpfs $T)"
 STATS="stat-one stat-deep"

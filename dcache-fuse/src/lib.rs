@@ -34,8 +34,9 @@
 //!   (the signal thread) and `daemon` (going to the background).
 //! - [`poll`]: one worker busy-polls /dev/fuse while requests keep coming
 //!   and CPUs are free ([`crate::pollgate`] decides when).
-//! - [`awake`]: over io_uring, a `SCHED_IDLE` keeper per queue keeps the
-//!   queue's CPU from halting while its requests keep coming.
+//! - [`awake`]: over io_uring with `-o poll_us=N`, a `SCHED_IDLE` keeper
+//!   per queue keeps the queue's CPU from halting while its requests keep
+//!   coming.
 //! - `testing` (hidden): mount a memfs tree through the daemon for this
 //!   workspace's tests and benchmarks.
 //!

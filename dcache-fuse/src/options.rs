@@ -21,7 +21,7 @@
 //! | `max_cached=N` | unused names the dentry cache keeps, with their inodes, beyond what the kernel holds (default 65536; bounds the daemon's memory and, where the backend holds a descriptor per inode, its descriptors) |
 //! | `max_nodes=N` | nodes the kernel may hold before the daemon asks it to drop some (default 131072; 0: no bound): with `max_cached`, bounds the daemon's memory whatever the kernel caches |
 //! | `uring` / `no_uring` | serve requests through FUSE over io_uring (one queue and thread per CPU) where the kernel offers it (default: whenever it does: Linux 6.14+ with `/sys/module/fuse/parameters/enable_uring` Y), or always through /dev/fuse reads and writes; on io_uring `max_threads`, `clone_fd` and `-s` do not apply (one /dev/fuse worker is left, for FORGETs and INTERRUPTs) |
-//! | `poll_us=N` | over /dev/fuse, one worker busy-polls it until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; needs `clone_fd` with several workers); over io_uring, a `SCHED_IDLE` keeper per queue keeps the queue's CPU from halting until N µs pass without a request there (default 1000 on any machine: a keeper yields its CPU to any other thread; see `crate::awake`); 0: neither |
+//! | `poll_us=N` | over /dev/fuse, one worker busy-polls it until N µs pass without a request (default: 1000 on machines with 4 CPUs or more, else off; needs `clone_fd` with several workers); over io_uring, only when given, a `SCHED_IDLE` keeper per queue keeps the queue's CPU from halting until N µs pass without a request there (for VMs with dedicated cores; see `crate::awake`); 0: neither |
 //! | `fsname=`, `subtype=`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`, `auto_unmount` | passed to the mount |
 
 use std::time::Duration;
@@ -62,7 +62,7 @@ clone_fd                one /dev/fuse descriptor per worker (default)
 no_clone_fd             every worker reads one descriptor
 max_cached=N            unused names kept in the dentry cache (default 65536)
 max_nodes=N             nodes the kernel may hold before it is asked to drop some (default 131072; 0: no bound)
-poll_us=N               poll until N us pass idle (/dev/fuse: a worker, default 1000 on 4+ CPUs; io_uring: an idle-priority thread per queue's CPU, default 1000); 0: never
+poll_us=N               poll until N us pass idle (/dev/fuse: a worker, default 1000 on 4+ CPUs; io_uring: an idle-priority thread per queue's CPU, only if given); 0: never
 uring                   FUSE over io_uring where the kernel offers it (default)
 no_uring                always /dev/fuse reads and writes
 fsname=NAME             the mount's source in the mount table (default: the backend)
@@ -182,9 +182,9 @@ pub struct MountOptions {
     /// `None`, the default), with /dev/fuse where it does not.
     pub uring: Option<bool>,
     /// Busy-poll window ([`super::poll`]), and the io_uring keepers'
-    /// ([`crate::awake`]); zero: neither; `None`: [`DEFAULT_POLL`] (for the
-    /// /dev/fuse poller only on machines with [`MIN_CPUS_TO_POLL`] CPUs or
-    /// more).
+    /// ([`crate::awake`]); zero: neither; `None`: [`DEFAULT_POLL`] for the
+    /// /dev/fuse poller on machines with [`MIN_CPUS_TO_POLL`] CPUs or more,
+    /// no keepers.
     pub poll: Option<Duration>,
     /// The mount's source name (`fsname=`); `None`: a default chosen by
     /// the caller (the backend's name for `dcache mount`).
@@ -411,12 +411,11 @@ impl MountOptions {
     }
 
     /// How long an io_uring queue's keeper spins after the queue's last
-    /// request ([`crate::awake`]): `poll_us`, by default [`DEFAULT_POLL`]
-    /// whatever the CPU count (a keeper runs at `SCHED_IDLE`, so it never
-    /// takes a CPU from a client); none with `poll_us=0`.
+    /// request ([`crate::awake`]): only where `poll_us` is given (keepers
+    /// spin on the host's CPUs, which a VM may share: see the module), and
+    /// not with `poll_us=0`.
     pub fn awake_window(&self) -> Option<Duration> {
-        let w = self.poll.unwrap_or(DEFAULT_POLL);
-        (!w.is_zero()).then_some(w)
+        self.poll.filter(|w| !w.is_zero())
     }
 
     /// What to ask the kernel (or fusermount3) for; `default_fsname`
@@ -538,11 +537,7 @@ mod tests {
         let off = MountOptions::parse(&["poll_us=0"]).unwrap();
         assert_eq!(off.poll_window_on(false, 16), None);
         assert_eq!(off.awake_window(), None, "poll_us=0: no keepers either");
-        assert_eq!(
-            d.awake_window(),
-            Some(DEFAULT_POLL),
-            "keepers on any machine"
-        );
+        assert_eq!(d.awake_window(), None, "no keepers unless asked for");
         assert_eq!(o.awake_window(), Some(Duration::from_micros(250)));
         // Several workers on one descriptor would all spin: no polling...
         let shared = MountOptions::parse(&["no_clone_fd,max_threads=4"]).unwrap();

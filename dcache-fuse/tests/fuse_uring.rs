@@ -136,6 +136,78 @@ fn operations_over_io_uring_and_nothing_left_referenced() {
     assert_eq!(r.referenced, 0, "0 nodes still referenced: {r}");
 }
 
+/// This process's threads named `dcache-awake-*`: (tid, scheduling
+/// policy, CPU ticks so far), from /proc/self/task.
+fn keepers() -> Vec<(String, u32, u64)> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("dcache-awake-") {
+            continue;
+        }
+        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command's closing parenthesis, from field 3.
+        let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let ticks = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+        let policy = rest[38].parse::<u32>().unwrap();
+        out.push((e.file_name().to_string_lossy().into_owned(), policy, ticks));
+    }
+    out
+}
+
+#[test]
+fn keepers_are_idle_policy_threads_that_sleep_when_requests_stop() {
+    let Some(_on) = uring_or_skip("keepers_are_idle_policy_threads") else {
+        return;
+    };
+    assert!(keepers().is_empty(), "no keepers before the mount");
+    // Without poll_us: none.
+    let m = mount(&MountOptions {
+        uring: Some(true),
+        ..MountOptions::default()
+    });
+    assert!(m.transport().unwrap().is_uring());
+    representative_operations(m.path());
+    assert!(keepers().is_empty(), "keepers only when poll_us asks");
+    assert_eq!(m.unmount().unwrap().referenced, 0);
+
+    let m = mount(&MountOptions {
+        uring: Some(true),
+        poll: Some(std::time::Duration::from_micros(500)),
+        ..MountOptions::default()
+    });
+    assert!(m.transport().unwrap().is_uring());
+    representative_operations(m.path());
+    for i in 0..2000 {
+        fs::metadata(m.path().join("a/b/c/file")).unwrap();
+        if i % 500 == 0 {
+            fs::metadata(m.path().join(format!("missing{i}"))).unwrap_err();
+        }
+    }
+    let k = keepers();
+    // One per queue, a queue per possible CPU (a keeper whose CPU cannot
+    // be pinned ends at once).
+    let queues = dcache_fuse::wire::uring::possible_cpus().unwrap();
+    assert!(!k.is_empty() && k.len() <= queues, "{k:?}");
+    for (tid, policy, _) in &k {
+        assert_eq!(*policy, libc::SCHED_IDLE as u32, "keeper {tid}");
+    }
+    // Requests stopped: after a few windows every keeper sleeps.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let before = keepers();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after = keepers();
+    assert_eq!(before, after, "keepers spun with no request");
+    assert_eq!(m.unmount().unwrap().referenced, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !keepers().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(keepers().is_empty(), "keepers end with their queues");
+}
+
 #[test]
 fn no_uring_keeps_dev_fuse() {
     let Some(_on) = uring_or_skip("no_uring_keeps_dev_fuse") else {
