@@ -21,14 +21,15 @@
 //! another policy), so it costs the CPUs' idle time while requests flow,
 //! not anybody's work. With 2 clients on 2 CPUs it cost 4% here.
 //!
-//! Keepers are off unless the mount asks for them (`-o poll_us=N`): what
-//! they spend is the host's CPU time, and where the host shares its
-//! physical CPUs among more vCPUs than it has, spinning vCPUs take it from
-//! the ones doing the work. On a lent 16-vCPU Xeon VM keepers made one
-//! client's uncached stat of `a/b/c/file` 151-439/s instead of 10.6-14.0k
-//! (with the client pinned to one CPU, where only its own queue's keeper
-//! spins, they cost nothing: 14.8-24.0k), with and without the pause
-//! hint; the 2-vCPU AMD VM of the figures above does not share its cores.
+//! Keepers are off unless the mount asks for them (`-o poll_us=N`). On a
+//! lent 16-vCPU Xeon VM they made one client's uncached stat of
+//! `a/b/c/file` 151-439/s instead of 10.6-14.0k (with the client pinned
+//! to one CPU, where only its own queue's keeper spins, they cost
+//! nothing: 14.8-24.0k), with and without the pause hint. The likeliest
+//! cause, not confirmed: what a keeper spends is the host's CPU time, and
+//! a host that shares physical cores among its vCPUs gives it to spinning
+//! vCPUs instead of the ones with work. They help on the 2-vCPU AMD VM of
+//! the figures above.
 //!
 //! The hot/cold decision is a [`PollGate`], as for the /dev/fuse poller:
 //! every served request touches it; the keeper ticks it once per window
@@ -39,10 +40,10 @@
 //! daemon one GETXATTR (the kernel's `file_remove_privs` asks FUSE for
 //! `security.capability` at every write), sends one every few hundred
 //! microseconds and is not worth a spinning CPU (a keeper spinning
-//! through such writes cost 10-25% of their rate here). The keeper sleeps on a condition variable while the gate is
-//! cold, and the touch that heats the gate notifies it under the same
-//! mutex, so a heated gate never finds its keeper asleep
-//! (`tests/loom_awake.rs`).
+//! through such writes cost 10-25% of their rate here). The keeper
+//! sleeps on a condition variable while the gate is cold, and the touch
+//! that heats the gate notifies it under the same mutex, so a heated gate
+//! never finds its keeper asleep (`tests/loom_awake.rs`).
 
 use std::time::Duration;
 
