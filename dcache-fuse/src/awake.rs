@@ -59,11 +59,12 @@ pub const HEAT_GAP: Duration = Duration::from_micros(200);
 pub struct Awake {
     gate: PollGate,
     window: Duration,
-    /// True once the keeper must end; it sleeps on `wake` while cold.
-    stopped: Mutex<bool>,
+    /// Held to decide whether to sleep, and to wake the keeper.
+    sleep: Mutex<()>,
     wake: Condvar,
-    /// `stopped`, readable without the lock while spinning.
-    stopping: AtomicBool,
+    /// True once the keeper must end; set under `sleep`, read without it
+    /// while spinning.
+    stopped: AtomicBool,
     /// When the queue's last request came (the caller's clock, in ns).
     last: AtomicU64,
 }
@@ -74,9 +75,9 @@ impl Awake {
         Awake {
             gate: PollGate::new(),
             window,
-            stopped: Mutex::new(false),
+            sleep: Mutex::new(()),
             wake: Condvar::new(),
-            stopping: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             last: AtomicU64::new(0),
         }
     }
@@ -116,28 +117,28 @@ impl Awake {
 
     /// Whether the keeper was told to end.
     pub fn stopping(&self) -> bool {
-        // Relaxed: a hint that ends a spin early; `stopped` decides.
-        self.stopping.load(Ordering::Relaxed)
+        // Relaxed: written under `sleep`, which the keeper holds when its
+        // answer decides a sleep; elsewhere it only ends a spin early.
+        self.stopped.load(Ordering::Relaxed)
     }
 
     /// Make the keeper end (at its next look, at most one window away).
     pub fn stop(&self) {
-        let mut s = self.lock();
-        *s = true;
+        let _s = self.lock();
         // Relaxed: the mutex orders it for the keeper's decision.
-        self.stopping.store(true, Ordering::Relaxed);
+        self.stopped.store(true, Ordering::Relaxed);
         self.wake.notify_one();
     }
 
-    fn lock(&self) -> MutexGuard<'_, bool> {
-        self.stopped.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.sleep.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The keeper's loop: sleep while cold, `spin` one window while hot,
     /// then tick; until stopped.
     pub fn run(&self, mut spin: impl FnMut(&Awake)) {
         let mut g = self.lock();
-        while !*g {
+        while !self.stopping() {
             if self.gate.state() == PollState::Cold {
                 g = self.wake.wait(g).unwrap_or_else(|e| e.into_inner());
                 continue;
@@ -145,13 +146,15 @@ impl Awake {
             drop(g);
             spin(self);
             g = self.lock();
-            if !*g {
+            if !self.stopping() {
                 self.gate.tick(|_| {});
             }
         }
     }
 }
 
+#[cfg(not(loom))]
+pub(crate) use real::pin_to_cpu;
 #[cfg(not(loom))]
 pub use real::start;
 
@@ -194,17 +197,23 @@ mod real {
     /// Pin this thread to `cpu` and give it the idle policy; false if
     /// either fails.
     pub(super) fn pin_idle(cpu: usize) -> bool {
+        if !pin_to_cpu(cpu) {
+            return false;
+        }
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler reads only `p`, which lives across it.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) == 0 }
+    }
+
+    /// Run this thread on `cpu` only (an io_uring queue's thread, and its
+    /// keeper); false if the kernel refused.
+    pub(crate) fn pin_to_cpu(cpu: usize) -> bool {
         // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET ignores an
-        // index past its size; both calls read only the structures passed,
-        // which live across them.
+        // index past its size; sched_setaffinity reads only the set.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return false;
-            }
-            let p = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) == 0
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
         }
     }
 }

@@ -232,13 +232,7 @@ fn eventfd() -> io::Result<OwnedFd> {
 /// running there, so caller and server share the CPU's caches, and the
 /// caller, waiting for the reply, leaves it free. Best effort.
 fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays inside it
-    // (CPU_SET ignores an index past the set's size).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let _ = crate::awake::pin_to_cpu(cpu);
 }
 
 /// Make the kernel serve this connection through /dev/fuse after all: a
