@@ -133,21 +133,51 @@ stop() { stop_daemon "$1" 5; }
 RES=$W/results # lines: WORKLOAD THREADS ROUND SERVER RATE UNIT
 : > "$RES"
 
+# ticks PID: user and system clock ticks the process has used so far.
+ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
 # load SERVER ROUND DIR WORKLOAD..: run each workload at each thread count.
+# Each line also gives the CPU time per operation (per MB for the MB/s
+# rows): the client's (user + system, from the shell's `time`) and, for a
+# daemon, the daemon's (user + system, from its /proc/PID/stat before and
+# after; clock ticks, so a coarse figure for short runs).
 load() {
   local s=$1 r=$2 d=$3 w t out
   shift 3
   for w in "$@"; do
     for t in $THREADS; do
-      out=$(timeout $((${SECS%.*} + 120)) "$LOAD" "$w" "$d" "$t" "$SECS") || {
+      local du0=0 ds0=0 du1=0 ds1=0 cu cs
+      # On a guest that gives freed memory back to its host (free page
+      # reporting), a write into fresh tmpfs pages costs what the host
+      # charges to fault them in again, up to 2 ms per MB here, and which
+      # server met that depended on the order (tmpfs itself swung 6x).
+      # So every sequential write starts right after the same amount was
+      # written and freed on T: its pages are then ones the guest still
+      # holds (reporting waits about 2 s).
+      if [ "$w" = seqwrite ]; then
+        dd if=/dev/zero of="$T/warm" bs=1M count=$((t * 1024 + 256)) status=none
+        rm -f "$T/warm"
+      fi
+      [ "$s" = tmpfs ] || read -r du0 ds0 < <(ticks "$DPID")
+      TIMEFORMAT='%U %S'
+      { time out=$(timeout $((${SECS%.*} + 120)) "$LOAD" "$w" "$d" "$t" "$SECS"); } 2> "$W/time" || {
         echo "$ME: $w failed on $s: $out" >&2
+        cat "$W/time" >&2
         [ "$s" = tmpfs ] || cat "$W/daemon.log" >&2
         exit 1
       }
+      [ "$s" = tmpfs ] || read -r du1 ds1 < <(ticks "$DPID")
+      read -r cu cs < <(tail -n 1 "$W/time")
       local rate=${out#*rate=} unit=${out##*unit=}
       rate=${rate%% *}
       echo "$w $t $r $s $rate $unit" >> "$RES"
-      printf '  %-9s %-8s %dt %12s %s\n' "$s" "$w" "$t" "$rate" "$unit"
+      printf '  %-9s %-8s %dt %12s %-6s %s\n' "$s" "$w" "$t" "$rate" "$unit" "$(awk -v r="$rate" -v secs="$SECS" \
+        -v cu="$cu" -v cs="$cs" -v du=$((du1 - du0)) -v ds=$((ds1 - ds0)) -v hz="$HZ" -v s="$s" -v unit="$unit" 'BEGIN {
+          n = r * secs; if (n <= 0) exit
+          per = (unit == "MB/s") ? "MB" : "op"
+          printf "cpu per %s: client %.1f+%.1f us", per, cu / n * 1e6, cs / n * 1e6
+          if (s != "tmpfs") printf ", daemon %.1f+%.1f us", du / hz / n * 1e6, ds / hz / n * 1e6 }')"
     done
   done
 }
@@ -155,8 +185,15 @@ load() {
 echo "dcache: $BIN${OURS:+ (-o ...$OURS)}"
 echo "host: $(nproc) CPUs, $(uname -r); rounds=$ROUNDS seconds=$SECS threads=\"$THREADS\""
 echo "servers: $SERVERS (over tmpfs $T)"
-STATS="stat-one stat-deep"
-REST="openclose create seqwrite seqread randread"
+# A guest's halt polling (the haltpoll cpuidle driver) decides how long an
+# idle vCPU spins before it halts, and so what a wake-up costs each round
+# trip (docs/BENCHMARKS.md, "Guest halt polling").
+HP=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+echo "guest halt polling: $(cat "$HP" 2>/dev/null || echo "no haltpoll driver") (ns, $HP)"
+# STATS and REST may be narrowed from the environment (e.g. REST="openclose
+# create" for the small-request rows only).
+STATS=${STATS-"stat-one stat-deep"}
+REST=${REST-"openclose create seqwrite seqread randread"}
 for r in $(seq "$ROUNDS"); do
   echo "round $r"
   for s in $SERVERS; do

@@ -59,6 +59,9 @@ pub struct FsConfig {
     /// Ask for FUSE_POSIX_ACL / FUSE_DONT_MASK where the backend keeps
     /// attributes (`-o posix_acl`).
     pub posix_acl: bool,
+    /// Serve extended attributes (`-o xattr`); off, every xattr request
+    /// is answered ENOSYS, which makes the kernel stop sending them.
+    pub xattr: bool,
     /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`-o killpriv`).
     pub killpriv: bool,
     /// Ask for FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS (`-o locks`): for
@@ -472,7 +475,7 @@ impl Handler for DcacheFs {
         // Only for a backend that keeps attributes: Linux gives a
         // filesystem without them no ACLs (and its kernel would fail every
         // check that reads one with the backend's EOPNOTSUPP).
-        if self.cfg.posix_acl && self.backend_has_acls() {
+        if self.cfg.posix_acl && self.cfg.xattr && self.backend_has_acls() {
             want |= init::POSIX_ACL | init::DONT_MASK;
         }
         // Passthrough I/O: only where the backend keeps host files, and not
@@ -594,7 +597,9 @@ impl Handler for DcacheFs {
             eprintln!("dcache: writeback cache {how}");
         }
         if self.cfg.log && self.acls_hidden {
-            let why = if self.cfg.posix_acl {
+            let why = if !self.cfg.xattr {
+                "-o no_xattr"
+            } else if self.cfg.posix_acl {
                 "the kernel does not offer FUSE_POSIX_ACL"
             } else {
                 "-o no_posix_acl"

@@ -15,6 +15,7 @@
 //! | `zero_trip_open` / `no_zero_trip_open` | let the kernel open files and directories without asking where nothing needs the open (FUSE_NO_OPEN_SUPPORT, FUSE_NO_OPENDIR_SUPPORT; default on, only with `default_permissions`) |
 //! | `posix_acl` / `no_posix_acl` | have the kernel check POSIX ACLs and leave the umask to the daemon (FUSE_POSIX_ACL, FUSE_DONT_MASK; default on for backends that keep attributes) |
 //! | `locks` / `no_locks` | the daemon keeps `flock` and `fcntl` locks (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS): by default for backends shared across hosts (etcd), with `locks` for any backend that keeps them (memfs, passthrough: same semantics as the kernel's own, one request per lock; turns zero-trip opens off for files); `no_locks` leaves locking to each host's kernel |
+//! | `xattr` / `no_xattr` | serve extended attributes (default), or answer the first request for one with ENOSYS, after which the kernel sends none and answers EOPNOTSUPP itself: no xattrs and no POSIX ACLs on the mount, and, with passthrough I/O, no GETXATTR of `security.capability` before every `write(2)` |
 //! | `killpriv` / `no_killpriv` | have the kernel say who wrote or truncated, so set-id bits drop by Linux's rule (FUSE_HANDLE_KILLPRIV_V2; default on) |
 //! | `file_handles` / `no_file_handles` | passthrough names host inodes by file handles where the host allows (default on), or holds a descriptor per cached inode |
 //! | `max_threads=N`, `clone_fd` / `no_clone_fd` | workers and per-worker /dev/fuse fds |
@@ -53,6 +54,8 @@ posix_acl               the kernel checks POSIX ACLs, the daemon applies the uma
 no_posix_acl            neither (as on kernels without FUSE_POSIX_ACL)
 locks                   the daemon keeps flock/fcntl locks, for any backend that can (default: shared backends only)
 no_locks                each host's kernel locks for its own processes only
+xattr                   serve extended attributes (default)
+no_xattr                none: the kernel stops asking (no xattrs or ACLs; no round trip before each write)
 killpriv                set-id bits dropped by Linux's rule on writes by others (default)
 no_killpriv             the kernel's older rule (FUSE without HANDLE_KILLPRIV_V2)
 file_handles            passthrough names host inodes by file handles where it can (default)
@@ -157,6 +160,9 @@ pub struct MountOptions {
     /// Ask for FUSE_POSIX_ACL and FUSE_DONT_MASK where the backend keeps
     /// attributes (`posix_acl`, default on).
     pub posix_acl: bool,
+    /// Serve extended attributes (`xattr`, default on); off, the first
+    /// xattr request is answered ENOSYS and the kernel sends no more.
+    pub xattr: bool,
     /// Ask for FUSE_HANDLE_KILLPRIV_V2 (`killpriv`, default on).
     pub killpriv: bool,
     /// Ask for FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS: `Some(true)`
@@ -221,6 +227,7 @@ impl Default for MountOptions {
             zero_trip_open: true,
             writeback_cache: false,
             posix_acl: true,
+            xattr: true,
             killpriv: true,
             locks: None,
             file_handles: true,
@@ -358,6 +365,8 @@ impl MountOptions {
                     "no_zero_trip_open" => self.zero_trip_open = false,
                     "posix_acl" => self.posix_acl = true,
                     "no_posix_acl" => self.posix_acl = false,
+                    "xattr" => self.xattr = true,
+                    "no_xattr" => self.xattr = false,
                     "killpriv" => self.killpriv = true,
                     "no_killpriv" => self.killpriv = false,
                     "locks" => self.locks = Some(true),

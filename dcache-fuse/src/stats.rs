@@ -78,6 +78,10 @@ pub struct Stats {
     /// FLUSH requests among those (none for files opened with
     /// FOPEN_NOFLUSH).
     pub(crate) flush_requests: Sharded,
+    /// GETXATTR, LISTXATTR, SETXATTR and REMOVEXATTR requests (one
+    /// GETXATTR of `security.capability` per `write(2)` unless the mount
+    /// serves no xattrs).
+    pub(crate) xattr_requests: Sharded,
 }
 
 /// A snapshot of [`Stats`]; printed at unmount.
@@ -102,6 +106,11 @@ impl Stats {
     /// FLUSH requests so far.
     pub fn flush_requests(&self) -> u64 {
         self.flush_requests.load()
+    }
+
+    /// Extended attribute requests so far.
+    pub fn xattr_requests(&self) -> u64 {
+        self.xattr_requests.load()
     }
 
     /// READ and WRITE requests answered so far.

@@ -261,6 +261,7 @@ fn a_refused_ring_hands_the_connection_back_to_dev_fuse() {
         zero_trip_open: true,
         writeback_cache: false,
         posix_acl: true,
+        xattr: true,
         killpriv: true,
         locks: None,
     };

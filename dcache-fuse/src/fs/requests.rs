@@ -280,6 +280,16 @@ impl DcacheFs {
                 let r = core.tmpfile(&cred, node(id), arg.mode, arg.flags as i32);
                 self.reply_created(out, r);
             }
+            // A mount without xattrs (`-o no_xattr`): ENOSYS, after which
+            // the kernel sends none (and answers EOPNOTSUPP itself).
+            Op::Getxattr { .. }
+            | Op::Listxattr(_)
+            | Op::Setxattr { .. }
+            | Op::Removexattr { .. }
+                if self.xattr_refused() =>
+            {
+                out.error(libc::ENOSYS)
+            }
             // Extended attributes (see `core::xattr`): a size of 0 asks for
             // the length, a short buffer is ERANGE.
             // A mount without FUSE_POSIX_ACL offers no ACLs (`is_acl`).
@@ -379,6 +389,13 @@ impl DcacheFs {
             return Err(dcache::errno::Errno::EBADF);
         }
         self.core.implicit_file(node(nodeid))
+    }
+
+    /// An extended attribute request came: counted ([`crate::stats::Stats`]'s
+    /// `xattr_requests`), and refused when the mount serves none.
+    fn xattr_refused(&self) -> bool {
+        self.stats.xattr_requests.add(1);
+        !self.cfg.xattr
     }
 
     /// The caller whose write or truncate drops set-id bits (the kernel

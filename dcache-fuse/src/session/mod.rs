@@ -92,6 +92,7 @@ fn fs_config(options: &MountOptions, default_direct_io: bool, log: bool) -> FsCo
         zero_trip_open: options.zero_trip_open,
         writeback_cache: options.writeback_cache,
         posix_acl: options.posix_acl,
+        xattr: options.xattr,
         killpriv: options.killpriv,
         locks: options.locks,
     }
@@ -389,6 +390,12 @@ impl Mounted {
     /// does nothing: they are opened with FOPEN_NOFLUSH).
     pub fn flush_requests(&self) -> u64 {
         self.pruner.stats.flush_requests()
+    }
+
+    /// GETXATTR, LISTXATTR, SETXATTR and REMOVEXATTR requests the daemon
+    /// saw so far.
+    pub fn xattr_requests(&self) -> u64 {
+        self.pruner.stats.xattr_requests()
     }
 
     /// Backing files registered with the kernel now (passthrough I/O).
