@@ -78,9 +78,9 @@ pub struct Stats {
     /// FLUSH requests among those (none for files opened with
     /// FOPEN_NOFLUSH).
     pub(crate) flush_requests: Sharded,
-    /// GETXATTR, LISTXATTR, SETXATTR and REMOVEXATTR requests (one
-    /// GETXATTR of `security.capability` per `write(2)` unless the mount
-    /// serves no xattrs).
+    /// GETXATTR, LISTXATTR, SETXATTR and REMOVEXATTR requests (with
+    /// passthrough I/O, one GETXATTR of `security.capability` per
+    /// `write(2)`, unless the mount serves no xattrs).
     pub(crate) xattr_requests: Sharded,
 }
 

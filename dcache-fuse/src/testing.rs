@@ -1,4 +1,5 @@
-//! A memfs tree served through the daemon on a fresh temporary directory,
+//! A memfs tree (or a host directory, through the passthrough backend)
+//! served through the daemon on a fresh temporary directory,
 //! for integration tests and benchmarks that want to reach dcache through
 //! the kernel (`stat(2)` on the returned path goes kernel -> FUSE -> Vfs).
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use crate::sync::{AtomicUsize, Ordering};
 use dcache::fs::memfs::MemFs;
+use dcache::fs::passthrough::Passthrough;
 
 use super::options::MountOptions;
 use super::session::{mount, Mounted};
@@ -69,6 +71,14 @@ pub fn mount_target(target: &str, populate: impl FnOnce(&MemFs)) -> Result<TempM
     let opts = target_options(target).ok_or_else(|| format!("{target} is not a FUSE target"))?;
     available().map_err(|why| format!("{target} target: FUSE unusable here ({why})"))?;
     TempMount::memfs(&opts, populate).map_err(|e| format!("cannot mount a FUSE target: {e}"))
+}
+
+/// The host directory `src` served by the passthrough backend, mounted
+/// with `opts` (`-o` spellings) on a new temporary directory.
+pub fn mount_passthrough(src: &Path, opts: &[&str]) -> io::Result<Mounted> {
+    let o = MountOptions::parse(opts).map_err(io::Error::other)?;
+    let fs = Passthrough::new(src).map_err(|e| io::Error::from_raw_os_error(e.raw()))?;
+    mount(Arc::new(fs), &temp_dir("mnt")?, &o)
 }
 
 /// A memfs mounted on a temporary directory. Dropping it unmounts and

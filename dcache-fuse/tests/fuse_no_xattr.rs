@@ -12,17 +12,9 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
-use dcache::fs::passthrough::Passthrough;
-use dcache_fuse::testing::{available, temp_dir};
-use dcache_fuse::{mount, MountOptions, Mounted};
-
-fn mount_source(src: &Path, opts: &[&str]) -> Mounted {
-    let mnt = temp_dir("noxattr-mnt").unwrap();
-    let o = MountOptions::parse(opts).unwrap();
-    mount(Arc::new(Passthrough::new(src).unwrap()), &mnt, &o).unwrap()
-}
+use dcache_fuse::testing::{available, mount_passthrough, temp_dir};
+use dcache_fuse::Mounted;
 
 /// 100 writes of one line each to one open file; the data is all there.
 /// Returns the xattr requests the daemon saw meanwhile, and whether the
@@ -72,7 +64,7 @@ fn without_xattrs_writes_make_no_xattr_round_trip() {
     for opts in [&[][..], &["no_passthrough_io"][..]] {
         // Default: xattrs work, and with passthrough I/O every write
         // brings a GETXATTR (the kernel's own write path asks once).
-        let m = mount_source(&src, opts);
+        let m = mount_passthrough(&src, opts).unwrap();
         let (seen, passthrough) = writes(&m);
         if passthrough {
             assert!(
@@ -88,7 +80,7 @@ fn without_xattrs_writes_make_no_xattr_round_trip() {
         // no_xattr: at most the first request, answered ENOSYS.
         let mut o = opts.to_vec();
         o.push("no_xattr");
-        let m = mount_source(&src, &o);
+        let m = mount_passthrough(&src, &o).unwrap();
         let (seen, _) = writes(&m);
         assert!(seen <= 1, "{o:?}: {seen} xattr requests for 100 writes");
         assert_eq!(

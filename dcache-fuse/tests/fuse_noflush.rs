@@ -10,11 +10,9 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
-use dcache::fs::passthrough::Passthrough;
-use dcache_fuse::testing::{available, temp_dir, TempMount};
-use dcache_fuse::{mount, MountOptions, Mounted};
+use dcache_fuse::testing::{available, mount_passthrough, temp_dir, TempMount};
+use dcache_fuse::{MountOptions, Mounted};
 
 fn usable(test: &str) -> bool {
     if let Err(why) = available() {
@@ -22,12 +20,6 @@ fn usable(test: &str) -> bool {
         return false;
     }
     true
-}
-
-fn mount_source(src: &Path, opts: &[&str]) -> Mounted {
-    let mnt = temp_dir("noflush-mnt").unwrap();
-    let o = MountOptions::parse(opts).unwrap();
-    mount(Arc::new(Passthrough::new(src).unwrap()), &mnt, &o).unwrap()
 }
 
 /// The host filesystem's magic number (`statfs(2)`'s `f_type`).
@@ -75,7 +67,7 @@ fn closes_on_a_local_host_filesystem_make_no_flush() {
     // tmpfs, ext2/3/4, xfs, btrfs: filesystems without `->flush`.
     let local = [0x0102_1994, 0xef53, 0x5846_5342, 0x9123_683e].contains(&magic);
     for opts in [&[][..], &["no_passthrough_io"][..]] {
-        let m = mount_source(&src, opts);
+        let m = mount_passthrough(&src, opts).unwrap();
         let flushes = write_cycles(&m, &src);
         if local {
             assert_eq!(flushes, 0, "{opts:?}: FLUSH requests for 100 closes");
@@ -101,7 +93,7 @@ fn closes_that_reach_their_filesystem_or_drop_locks_keep_their_flush() {
     })
     .expect("memfs mount");
     let src = inner.path().join("d");
-    let m = mount_source(&src, &["no_passthrough_io"]);
+    let m = mount_passthrough(&src, &["no_passthrough_io"]).unwrap();
     let flushes = write_cycles(&m, &src);
     assert!(flushes >= 100, "on FUSE: {flushes} FLUSH for 100 closes");
     m.unmount().unwrap();
@@ -109,7 +101,7 @@ fn closes_that_reach_their_filesystem_or_drop_locks_keep_their_flush() {
 
     // Locks kept by the mount: every close comes, whatever the host.
     let src = temp_dir("noflush-src").unwrap();
-    let m = mount_source(&src, &["locks"]);
+    let m = mount_passthrough(&src, &["locks"]).unwrap();
     let flushes = write_cycles(&m, &src);
     assert!(flushes >= 100, "-o locks: {flushes} FLUSH for 100 closes");
     m.unmount().unwrap();

@@ -10,11 +10,9 @@ use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
 
-use dcache::fs::passthrough::Passthrough;
-use dcache_fuse::testing::{available, temp_dir};
-use dcache_fuse::{mount, MountOptions, Mounted};
+use dcache_fuse::testing::{available, mount_passthrough, temp_dir};
+use dcache_fuse::Mounted;
 
 fn usable(test: &str) -> bool {
     if let Err(why) = available() {
@@ -27,12 +25,6 @@ fn usable(test: &str) -> bool {
         return false;
     }
     true
-}
-
-fn mount_source(src: &Path, opts: &[&str]) -> Mounted {
-    let mnt = temp_dir("ptio-mnt").unwrap();
-    let o = MountOptions::parse(opts).unwrap();
-    mount(Arc::new(Passthrough::new(src).unwrap()), &mnt, &o).unwrap()
 }
 
 /// Write 4 MiB through the mount in 64 KiB pieces, read it back, rewrite
@@ -87,7 +79,7 @@ fn reads_writes_and_mappings_skip_the_daemon() {
         return;
     }
     let src = temp_dir("ptio-src").unwrap();
-    let m = mount_source(&src, &[]);
+    let m = mount_passthrough(&src, &[]).unwrap();
     io_round(&m, &src);
     if m.data_requests() > 0 {
         // The kernel has no FUSE passthrough (or refused it): the same
@@ -120,7 +112,7 @@ fn no_passthrough_io_sends_every_read_and_write() {
         return;
     }
     let src = temp_dir("ptio-src").unwrap();
-    let m = mount_source(&src, &["no_passthrough_io"]);
+    let m = mount_passthrough(&src, &["no_passthrough_io"]).unwrap();
     io_round(&m, &src);
     assert!(m.data_requests() > 0, "the daemon carried the data");
     assert_eq!(m.backing_files(), 0);

@@ -280,43 +280,30 @@ impl DcacheFs {
                 let r = core.tmpfile(&cred, node(id), arg.mode, arg.flags as i32);
                 self.reply_created(out, r);
             }
-            // A mount without xattrs (`-o no_xattr`): ENOSYS, after which
-            // the kernel sends none (and answers EOPNOTSUPP itself).
-            Op::Getxattr { .. }
-            | Op::Listxattr(_)
-            | Op::Setxattr { .. }
-            | Op::Removexattr { .. }
-                if self.xattr_refused() =>
-            {
-                out.error(libc::ENOSYS)
-            }
             // Extended attributes (see `core::xattr`): a size of 0 asks for
-            // the length, a short buffer is ERANGE.
-            // A mount without FUSE_POSIX_ACL offers no ACLs (`is_acl`).
-            Op::Getxattr { name, .. } | Op::Setxattr { name, .. } | Op::Removexattr { name }
-                if self.acls_hidden && is_acl(name) =>
-            {
-                out.error(libc::EOPNOTSUPP)
-            }
+            // the length, a short buffer is ERANGE. `xattr_gate` counts
+            // each request and answers the refused ones.
             Op::Getxattr { arg, name } => {
-                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
-                xattr(out, core.getxattr(&cred, node(id), name, arg.size));
+                if let Some(cred) = self.xattr_gate(h, Some(name), out) {
+                    xattr(out, core.getxattr(&cred, node(id), name, arg.size));
+                }
             }
             Op::Listxattr(arg) => {
-                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
-                xattr(
-                    out,
-                    core.listxattr(&cred, node(id), arg.size, self.acls_hidden),
-                );
+                if let Some(cred) = self.xattr_gate(h, None, out) {
+                    let r = core.listxattr(&cred, node(id), arg.size, self.acls_hidden);
+                    xattr(out, r);
+                }
             }
             Op::Setxattr { arg, name, value } => {
-                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
-                let r = core.setxattr(&cred, node(id), name, value, arg.flags as i32);
-                empty(out, r);
+                if let Some(cred) = self.xattr_gate(h, Some(name), out) {
+                    let r = core.setxattr(&cred, node(id), name, value, arg.flags as i32);
+                    empty(out, r);
+                }
             }
             Op::Removexattr { name } => {
-                let cred = xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions);
-                empty(out, core.removexattr(&cred, node(id), name));
+                if let Some(cred) = self.xattr_gate(h, Some(name), out) {
+                    empty(out, core.removexattr(&cred, node(id), name));
+                }
             }
             // File operations beyond read and write. Answering these keeps
             // the kernel asking: an ENOSYS to LSEEK makes it treat every
@@ -391,11 +378,28 @@ impl DcacheFs {
         self.core.implicit_file(node(nodeid))
     }
 
-    /// An extended attribute request came: counted ([`crate::stats::Stats`]'s
-    /// `xattr_requests`), and refused when the mount serves none.
-    fn xattr_refused(&self) -> bool {
+    /// An extended attribute request (about attribute `name`; `None`: a
+    /// listing): counted (`Stats::xattr_requests`), then either answered
+    /// here, ENOSYS on a mount without xattrs (`-o no_xattr`: the kernel
+    /// then sends none and answers EOPNOTSUPP itself) or EOPNOTSUPP for an
+    /// ACL name where the mount offers no ACLs (`is_acl`), or passed on
+    /// with the credential it acts with.
+    fn xattr_gate(
+        &self,
+        h: &crate::wire::Header,
+        name: Option<&[u8]>,
+        out: &mut Out,
+    ) -> Option<dcache::cred::Cred> {
         self.stats.xattr_requests.add(1);
-        !self.cfg.xattr
+        if !self.cfg.xattr {
+            out.error(libc::ENOSYS);
+            return None;
+        }
+        if self.acls_hidden && name.is_some_and(is_acl) {
+            out.error(libc::EOPNOTSUPP);
+            return None;
+        }
+        Some(xattr_cred(h.uid, h.gid, h.pid, self.cfg.check_permissions))
     }
 
     /// The caller whose write or truncate drops set-id bits (the kernel
