@@ -101,12 +101,34 @@ fn killed_writer(kind: Store, t: &str) {
         }
         assert_ne!(line, "done", "the writer finished before it was killed");
     }
-    // In the middle of its next 32 MiB: a few more 4 MiB flushes, then
-    // etcd frozen, so that the next flush uploads its object and waits
-    // for its commit; the writer killed there.
+    // In the middle of its next 32 MiB: etcd frozen, and the writer
+    // killed once an object it uploaded after the freeze is in the store
+    // (its commit is sent to a frozen etcd). A freeze that lands while a
+    // commit is in flight uploads nothing more: thawed within the
+    // writer's 2 s timeout (so that no commit fails and is retried under
+    // a new id), and frozen again. Fixed sleeps failed here under load:
+    // the flush after the freeze had not uploaded 650 ms later, or had
+    // uploaded just before it.
     std::thread::sleep(Duration::from_millis(150));
-    etcd.signal(0, "STOP");
-    std::thread::sleep(Duration::from_millis(500));
+    let mut frozen_upload = None;
+    for _ in 0..20 {
+        etcd.signal(0, "STOP");
+        let before = store.objects();
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            frozen_upload = store.objects().difference(&before).next().copied();
+            if frozen_upload.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if frozen_upload.is_some() {
+            break;
+        }
+        etcd.signal(0, "CONT");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let frozen_upload = frozen_upload.expect("the writer uploaded nothing while etcd was frozen");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     etcd.signal(0, "CONT");
@@ -124,6 +146,17 @@ fn killed_writer(kind: Store, t: &str) {
         "size {size}, synced {synced}"
     );
     assert_eq!(size % (4 * MIB), 0, "a flush commits whole 4 MiB blocks");
+    // One 4 MiB object per flush, ids from 1 in order: the object
+    // uploaded during the freeze holds the block at `at`. Its commit
+    // reached a frozen etcd and may still be applied when etcd thaws
+    // (the request waits in etcd's socket after its sender is dead);
+    // otherwise the volume ends before it and the object is an orphan.
+    let at = (frozen_upload - 1) * 4 * MIB;
+    assert!(
+        size == at || size == at + 4 * MIB,
+        "size {size}, frozen upload {frozen_upload} at {at}"
+    );
+    let writer_orphans = u64::from(size == at);
     let f = v
         .as_root()
         .open(At::Root, "/big", libc::O_RDONLY, 0)
@@ -147,12 +180,14 @@ fn killed_writer(kind: Store, t: &str) {
     let gc = |dry_run| dcache_etcd::gc(&spec, &GcOptions { min_age, dry_run }).unwrap();
     let dry = gc(true);
     // The planted one and the one the writer uploaded and never committed.
-    assert!(dry.orphans >= 2 && dry.young == 1, "{dry:?}");
+    assert!(
+        dry.orphans == 1 + writer_orphans && dry.young == 1,
+        "{dry:?}, writer's orphans {writer_orphans}"
+    );
     assert!(store.exists(&old));
     let done = gc(false);
     println!(
-        "killed after {synced} bytes synced: size {size}; gc: {done:?} ({} left by the writer)",
-        done.orphans - 1
+        "killed after {synced} bytes synced: size {size}; gc: {done:?} ({writer_orphans} left by the writer)"
     );
     assert_eq!(done.orphans, dry.orphans);
     assert!(!store.exists(&old), "the old orphan was deleted");
