@@ -262,6 +262,7 @@ fn list_and_help_exit_0() {
         "dup-close",
         "file-sharing",
         "stat-random",
+        "lookup-dir",
     ] {
         assert!(out.lines().any(|l| l.starts_with(w)), "{out}");
     }
@@ -417,6 +418,29 @@ fn dup_close_runs_on_lib_and_kernel() {
         })
         .unwrap_or(0);
     assert_eq!(left, 0);
+}
+
+/// `lookup-dir` on a small directory: both variants run and count names.
+#[test]
+fn lookup_dir_runs_one_at_a_time_and_batched() {
+    let o = dcache(&[
+        "bench",
+        "lookup-dir",
+        "--paths",
+        "1000",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<_> = out.lines().filter_map(per_second_line).collect();
+    let cases: Vec<(&str, &str)> = lines.iter().map(|l| (l.1.as_str(), l.2.as_str())).collect();
+    assert_eq!(cases, [("lib", "one"), ("lib", "batch")], "{out}");
+    assert!(lines.iter().all(|l| l.4[2] > 0), "{out}");
 }
 
 /// `stat-random` on a tiny tree through the CLI: both targets run, each

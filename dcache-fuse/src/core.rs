@@ -558,23 +558,41 @@ impl FuseCore {
     /// readdirplus: like readdir, with each entry looked up and counted as
     /// a kernel lookup, as by `lookup` (only entries that fit in the reply;
     /// `.` and `..` are not counted by the kernel and get none).
-    /// `add(id, offset, name, attr)` returns true when full.
+    /// `add(id, offset, name, attr)` returns true when full; `max` is the
+    /// most entries the reply can hold (no more are looked up).
     pub fn readdirplus(
         &self,
         id: NodeId,
         offset: u64,
+        max: usize,
         add: &mut AddDirEntryPlus<'_>,
     ) -> Result<()> {
         let dir = self.node(id)?;
         // Collect first: the backend may hold a lock while it emits, and
-        // looking the entries up calls back into it.
+        // looking the entries up calls back into it. No more than the
+        // reply can hold: every entry collected is looked up.
+        let most = max.clamp(1, READDIRPLUS_BATCH);
         let mut batch = Vec::new();
         self.vfs.readdir_dentry(&dir, offset, &mut |e| {
             batch.push(e);
-            batch.len() < READDIRPLUS_BATCH
+            batch.len() < most
         })?;
+        // Every other name's lookup at once: their walks interleave, so
+        // the cache misses of a large directory's dentries and inodes
+        // overlap (`AsCred::lookup_many`).
+        let names: Vec<&[u8]> = batch
+            .iter()
+            .map(|e| e.name.as_slice())
+            .filter(|n| !matches!(*n, b"." | b".."))
+            .collect();
+        let mut found: Vec<Result<DentryRef<'_>>> =
+            names.iter().map(|_| Err(Errno::EINVAL)).collect();
+        self.vfs
+            .as_root()
+            .lookup_many(At::Dir(dir.dentry()), &names, false, &mut found)?;
+        let mut found = found.into_iter();
         let mut added = false;
-        for e in batch {
+        for e in &batch {
             let full = match e.name.as_slice() {
                 b"." => {
                     let a = self.shown(self.vfs.getattr_dentry(&dir)?);
@@ -586,11 +604,7 @@ impl FuseCore {
                     add(a.ino, e.offset, &e.name, &a)
                 }
                 name => {
-                    let d = match self
-                        .vfs
-                        .as_root()
-                        .lookup(At::Dir(dir.dentry()), name, false)
-                    {
+                    let d = match found.next().unwrap_or(Err(Errno::EIO)) {
                         Ok(d) => d,
                         // Removed since the listing: leave it out.
                         Err(Errno::ENOENT) => continue,

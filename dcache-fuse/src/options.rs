@@ -263,11 +263,21 @@ impl MountOptions {
             .any(|a| a.as_ref().split(',').any(|o| o == "help"))
     }
 
-    /// The dentry cache's sizing for a mount with these options.
+    /// The dentry cache's sizing for a mount with these options: the hash
+    /// table is sized once for what the cache may hold, the unused
+    /// dentries it keeps plus the nodes the kernel may hold (without a
+    /// bound on nodes, twice the unused ones), so that its chains stay
+    /// short when the cache is full.
     pub fn vfs_config(&self) -> dcache::vfs::Config {
+        let held = match self.max_nodes {
+            0 => self.max_cached,
+            n => n,
+        };
+        let d = dcache::vfs::Config::default();
         dcache::vfs::Config {
+            capacity: self.max_cached.saturating_add(held).max(d.capacity),
             max_unused: self.max_cached,
-            ..dcache::vfs::Config::default()
+            ..d
         }
     }
 
@@ -454,6 +464,13 @@ mod tests {
         assert_eq!(o.timeouts, Timeouts::default());
         assert_eq!(o.timeouts.negative, Duration::ZERO);
         assert!(o.default_permissions && o.readdirplus);
+        // The table covers every dentry the cache may hold at once.
+        let c = o.vfs_config();
+        assert_eq!(c.max_unused, DEFAULT_MAX_CACHED);
+        assert!(
+            c.capacity >= DEFAULT_MAX_CACHED + DEFAULT_MAX_NODES,
+            "{c:?}"
+        );
         assert_eq!(o.uring, None, "io_uring where the kernel offers it");
     }
 

@@ -171,7 +171,7 @@ fn readdirplus_counts_only_the_entries_that_fit() {
         }
     });
     let mut got = Vec::new();
-    fs.readdirplus(n(ROOT), 0, &mut |id, off, name, a| {
+    fs.readdirplus(n(ROOT), 0, 64, &mut |id, off, name, a| {
         if got.len() == 5 {
             return true;
         }
@@ -187,7 +187,7 @@ fn readdirplus_counts_only_the_entries_that_fit() {
     // Continue after the last one.
     let last = got.last().unwrap().1;
     let mut rest = Vec::new();
-    fs.readdirplus(n(ROOT), last, &mut |id, _, name, _| {
+    fs.readdirplus(n(ROOT), last, 64, &mut |id, _, name, _| {
         rest.push((id, String::from_utf8(name.to_vec()).unwrap()));
         false
     })

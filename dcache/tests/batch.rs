@@ -290,6 +290,29 @@ fn relative_to_a_directory_and_across_vfs() {
         .unwrap();
     assert_eq!(out[0], Err(Errno::EXDEV));
     assert!(out[1].is_ok(), "an absolute path ignores the directory");
+    // The same with references: the batch's own, then one at a time.
+    let mut refs: Vec<_> = paths.iter().map(|_| Err(Errno::EINVAL)).collect();
+    vfs.as_root()
+        .lookup_many(At::from(&a), &paths, true, &mut refs)
+        .unwrap();
+    for (p, r) in paths.iter().zip(&refs) {
+        assert_eq!(
+            found(r),
+            found(&vfs.as_root().lookup(At::from(&a), p, true)),
+            "{p}"
+        );
+    }
+    other
+        .as_root()
+        .lookup_many(At::from(&a), &paths, true, &mut refs)
+        .unwrap();
+    assert!(matches!(refs[0], Err(Errno::EXDEV)));
+    assert!(refs[1].is_ok(), "an absolute path ignores the directory");
+    drop(refs);
+    drop(a);
+    let c = vfs.counters();
+    drop((vfs, other));
+    assert_eq!(c.dentries(), 0, "every reference given back");
 }
 
 #[test]
@@ -323,4 +346,80 @@ fn cached_paths_are_answered_in_rcu_mode() {
         (walks, unlazied, restarts),
         "a cached path left rcu mode"
     );
+    let mut refs: Vec<_> = paths.iter().map(|_| Err(Errno::EINVAL)).collect();
+    me.lookup_many(At::Root, &paths, true, &mut refs).unwrap();
+    assert!(refs
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(|d| d.count() == 1)));
+    assert_eq!(
+        (c.ref_walks(), c.unlazied(), c.restarts()),
+        (walks, unlazied, restarts),
+        "a cached path's lookup left rcu mode"
+    );
+}
+
+/// What a lookup answered, comparable across two calls: the dentry (by
+/// address) and whether it is negative, or the errno.
+fn found(r: &dcache::Result<dcache::DentryRef<'_>>) -> Result<(usize, bool), Errno> {
+    r.as_ref()
+        .map(|d| (d.dentry() as *const _ as usize, d.is_negative()))
+        .map_err(|e| *e)
+}
+
+#[test]
+fn lookup_many_answers_as_one_lookup_after_another() {
+    let mut seen = std::collections::HashSet::new();
+    for seed in 1..=8u64 {
+        let mut rng = Rng(0x51ed_2701_aa31_9c4d ^ seed);
+        let (vfs, names) = random_tree(&mut rng);
+        let n = [LANES + 1, 3 * LANES + 5, 64, 7][seed as usize % 4];
+        let paths: Vec<Vec<u8>> = (0..n).map(|_| random_path(&mut rng, &names)).collect();
+        // And single names in one directory, as READDIRPLUS asks.
+        let dir = vfs.as_root().lookup(At::Root, &names[0], true).unwrap();
+        let mut in_dir: Vec<Vec<u8>> = names
+            .iter()
+            .filter_map(|p| p.strip_prefix(&format!("{}/", names[0])))
+            .filter(|rest| !rest.contains('/'))
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        in_dir.push(b"missing".to_vec());
+        let c = vfs.counters();
+        for cred in creds() {
+            let me = vfs.as_cred(&cred);
+            for (at, paths) in [(At::Root, &paths), (At::from(&dir), &in_dir)] {
+                for follow in [true, false] {
+                    for round in 0..2 {
+                        let mut many: Vec<_> = paths.iter().map(|_| Err(Errno::EINVAL)).collect();
+                        me.lookup_many(at, paths, follow, &mut many).unwrap();
+                        for (i, p) in paths.iter().enumerate() {
+                            let one = me.lookup(at, p, follow);
+                            seen.insert(found(&many[i]).map(|(_, neg)| neg).err());
+                            assert_eq!(
+                                found(&many[i]),
+                                found(&one),
+                                "path {:?} (cred {}, round {round}, follow {follow})",
+                                String::from_utf8_lossy(p),
+                                cred.fsuid
+                            );
+                            if let (Ok(a), Ok(b)) = (&many[i], &one) {
+                                assert_eq!(a.count(), b.count(), "both references counted");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        drop(dir);
+        drop(vfs);
+        assert_eq!(c.dentries(), 0, "every reference given back (seed {seed})");
+        assert_eq!(c.inodes(), 0, "every inode freed (seed {seed})");
+    }
+    for e in [
+        None,
+        Some(Errno::EACCES),
+        Some(Errno::ENOTDIR),
+        Some(Errno::ELOOP),
+    ] {
+        assert!(seen.contains(&e), "no answer {e:?} among {seen:?}");
+    }
 }

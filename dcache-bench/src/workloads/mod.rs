@@ -11,6 +11,7 @@ mod data;
 pub mod dup;
 pub mod kernfs;
 mod lockref;
+mod lookup_dir;
 mod mdtest;
 mod stat;
 mod stat_random;
@@ -24,6 +25,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &stat::STAT_SEPARATE,
     &stat::STAT_MISSING,
     &stat_random::STAT_RANDOM,
+    &lookup_dir::LOOKUP_DIR,
     &stat::OPEN_SAME,
     &stat::OPEN_SEPARATE,
     &kernfs::KERNFS_FILES,

@@ -473,9 +473,10 @@ impl DcacheFs {
             secs(self.entry_ttl(self.core.searchable_by_all(node(id))));
         let (attr_valid, attr_valid_nsec) = secs(self.cfg.timeouts.attr);
         let mut buf = out.dir(r.size);
+        let max = r.size as usize / crate::wire::reply::DirBuf::PLUS_MIN;
         let res = self
             .core
-            .readdirplus(node(id), r.offset, &mut |nodeid, off, name, a| {
+            .readdirplus(node(id), r.offset, max, &mut |nodeid, off, name, a| {
                 let e = abi::EntryOut {
                     nodeid,
                     generation: GENERATION,

@@ -237,6 +237,11 @@ pub struct DirBuf<'a> {
 }
 
 impl DirBuf<'_> {
+    /// The smallest readdirplus record (a one-byte name): a reply of
+    /// `size` bytes holds at most `size / PLUS_MIN` of them.
+    pub const PLUS_MIN: usize =
+        dirent_align(size_of::<abi::EntryOut>() + size_of::<abi::Dirent>() + 1);
+
     /// Add a READDIR record; false when it does not fit (nothing added).
     pub fn add(&mut self, ino: u64, off: u64, kind: u32, name: &[u8]) -> bool {
         let len = dirent_align(size_of::<abi::Dirent>() + name.len());

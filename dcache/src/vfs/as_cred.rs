@@ -159,6 +159,39 @@ impl<'v> AsCred<'v, '_> {
         self.vfs.stat_many_as(self.cred, at, paths, false, out)
     }
 
+    /// [`AsCred::lookup`] of every path in `paths`, walked interleaved as
+    /// in [`AsCred::stat_many`]: `out[i]` is what `lookup(at, paths[i],
+    /// follow)` would return, a counted reference (a negative dentry for
+    /// a name known not to exist) or the errno. EINVAL, and nothing
+    /// written, unless `paths` and `out` have the same length. For callers
+    /// with many names at once, such as a FUSE server's READDIRPLUS.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dcache::{fs::memfs::MemFs, At, Errno, Vfs};
+    ///
+    /// let fs = Arc::new(MemFs::new());
+    /// fs.mkdir_p("src", 0o755)?;
+    /// fs.write_file("src/main.rs", b"fn main() {}")?;
+    /// let vfs = Vfs::new(fs)?;
+    /// let src = vfs.as_root().lookup(At::Root, "src", true)?;
+    /// let mut out: Vec<_> = (0..2).map(|_| Err(Errno::EINVAL)).collect();
+    /// vfs.as_root()
+    ///     .lookup_many(At::Dir(src.dentry()), &["main.rs", "lib.rs"], false, &mut out)?;
+    /// assert!(!out[0].as_ref().unwrap().is_negative());
+    /// assert!(out[1].as_ref().map_or(true, |d| d.is_negative()));
+    /// # Ok::<(), Errno>(())
+    /// ```
+    pub fn lookup_many<P: AsRef<[u8]>>(
+        &self,
+        at: At<'_>,
+        paths: &[P],
+        follow: bool,
+        out: &mut [Result<DentryRef<'v>>],
+    ) -> Result<()> {
+        self.vfs.lookup_many_as(self.cred, at, paths, follow, out)
+    }
+
     /// `stat` with the choice of how the last component is handled (the
     /// benchmark's Linux-style lockref stat; `experiments` feature only).
     #[cfg(feature = "experiments")]

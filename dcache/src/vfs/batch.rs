@@ -1,6 +1,7 @@
-//! Batched walks: `stat` of many independent paths, interleaved so that
-//! their cache misses overlap (group prefetching, as hash joins in the
-//! database literature do it).
+//! Batched walks: `stat` or `lookup` of many independent paths (what each
+//! path's walk answers is an [`Answer`]), interleaved so that their cache
+//! misses overlap (group prefetching, as hash joins in the database
+//! literature do it).
 //!
 //! One walk over a cold cache is a dependent chain per component: the
 //! hash bucket (from the directory's address and the name's hash), the
@@ -40,11 +41,12 @@
 //! its lane and ends as a single walk would: the general rcu path at once,
 //! or ref mode after the chunk's read section ends.
 
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
 use super::namei::{inode_of, RcuWalk, RefWalk, WalkFlags, Walked};
 use super::path::{check_path, OnePiece, PathCopy, Scanned, FAST_PATH_MAX};
-use super::{At, StatMode, Vfs};
+use super::{At, DentryRef, StatMode, Vfs};
 use crate::cred::Cred;
 use crate::dentry::Dentry;
 use crate::errno::{Errno, Result};
@@ -84,10 +86,100 @@ struct Lane<'v, 'g, 'c, 's> {
 /// finished once its read section has ended.
 type Late<'v, 'p> = Vec<(usize, RefWalk<'v, 'p>)>;
 
+/// What a batched walk answers for each path: the final inode's
+/// attributes ([`Stat`]) or a counted reference to the final dentry
+/// ([`Lookup`]).
+pub(crate) trait Answer<'v> {
+    type Out;
+    /// Whether `read` takes a reference: the final dentry's count line is
+    /// then prefetched with its inode.
+    const TAKES_REF: bool;
+    /// Inside the read section, for the walk's final dentry: write the
+    /// answer into `slot` in place (an `Attr` is a dozen words; no move
+    /// of it through the walk's result). What it writes stands only if
+    /// the walk then validates it; otherwise the slot is written again
+    /// with the answer of the ref-mode rest (a reference taken here is
+    /// then dropped).
+    fn read<'g>(g: &'g RcuGuard<'_>, dd: &'g Dentry, slot: &mut Result<Self::Out>) -> Option<()>
+    where
+        'v: 'g;
+    /// The ref-mode rest of a walk, outside any read section.
+    fn finish(vfs: &'v Vfs, w: RefWalk<'v, '_>, cred: &Cred, follow: bool) -> Result<Self::Out>;
+    /// One path on its own (a backend that revalidates every name).
+    fn one(vfs: &'v Vfs, cred: &Cred, at: At<'_>, path: &[u8], follow: bool) -> Result<Self::Out>;
+}
+
+/// `stat` / `lstat`: the attributes.
+pub(crate) struct Stat;
+
+impl<'v> Answer<'v> for Stat {
+    type Out = Attr;
+    const TAKES_REF: bool = false;
+
+    #[inline(always)]
+    fn read<'g>(g: &'g RcuGuard<'_>, dd: &'g Dentry, slot: &mut Result<Attr>) -> Option<()>
+    where
+        'v: 'g,
+    {
+        *slot = Ok(inode_of(g, dd)?.try_attr()?);
+        Some(())
+    }
+
+    fn finish(vfs: &'v Vfs, w: RefWalk<'v, '_>, cred: &Cred, follow: bool) -> Result<Attr> {
+        vfs.stat_ref(w, cred, follow)
+    }
+
+    fn one(vfs: &'v Vfs, cred: &Cred, at: At<'_>, path: &[u8], follow: bool) -> Result<Attr> {
+        vfs.stat_as(cred, at, path, follow, StatMode::RefFree)
+    }
+}
+
+/// `lookup`: a counted reference to the final dentry (negative or not).
+pub(crate) struct Lookup;
+
+impl<'v> Answer<'v> for Lookup {
+    type Out = DentryRef<'v>;
+    const TAKES_REF: bool = true;
+
+    #[inline(always)]
+    fn read<'g>(
+        _g: &'g RcuGuard<'_>,
+        dd: &'g Dentry,
+        slot: &mut Result<DentryRef<'v>>,
+    ) -> Option<()>
+    where
+        'v: 'g,
+    {
+        *slot = Ok(DentryRef::try_get(dd)?);
+        Some(())
+    }
+
+    fn finish(
+        vfs: &'v Vfs,
+        w: RefWalk<'v, '_>,
+        cred: &Cred,
+        follow: bool,
+    ) -> Result<DentryRef<'v>> {
+        w.finish(vfs, cred, WalkFlags::follow(follow))
+    }
+
+    fn one(
+        vfs: &'v Vfs,
+        cred: &Cred,
+        at: At<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<DentryRef<'v>> {
+        vfs.lookup_as(cred, at, path, follow)
+    }
+}
+
 impl Vfs {
     /// `stat` (`follow`) or `lstat` of every path in `paths` on behalf of
     /// `cred`, answers in `out` (EINVAL, and nothing written, unless the
-    /// two have the same length).
+    /// two have the same length). Never inlined: one call per batch, and
+    /// `scripts/callgrind-batch.sh` counts paths by its calls.
+    #[inline(never)]
     pub(crate) fn stat_many_as<P: AsRef<[u8]>>(
         &self,
         cred: &Cred,
@@ -96,6 +188,31 @@ impl Vfs {
         follow: bool,
         out: &mut [Result<Attr>],
     ) -> Result<()> {
+        self.walk_many::<Stat, P>(cred, at, paths, follow, out)
+    }
+
+    /// `lookup` of every path in `paths` on behalf of `cred`, counted
+    /// references in `out`, as [`Vfs::stat_many_as`].
+    pub(crate) fn lookup_many_as<'v, P: AsRef<[u8]>>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        paths: &[P],
+        follow: bool,
+        out: &mut [Result<DentryRef<'v>>],
+    ) -> Result<()> {
+        self.walk_many::<Lookup, P>(cred, at, paths, follow, out)
+    }
+
+    /// The walks of `paths`, interleaved, answered by `A`.
+    fn walk_many<'v, A: Answer<'v>, P: AsRef<[u8]>>(
+        &'v self,
+        cred: &Cred,
+        at: At<'_>,
+        paths: &[P],
+        follow: bool,
+        out: &mut [Result<A::Out>],
+    ) -> Result<()> {
         if paths.len() != out.len() {
             return Err(Errno::EINVAL);
         }
@@ -103,7 +220,7 @@ impl Vfs {
         // attributes, by blocking calls: nothing to interleave.
         if self.sb().revalidate {
             for (p, o) in paths.iter().zip(out.iter_mut()) {
-                *o = self.stat_as(cred, at, p.as_ref(), follow, StatMode::RefFree);
+                *o = A::one(self, cred, at, p.as_ref(), follow);
             }
             return Ok(());
         }
@@ -113,11 +230,11 @@ impl Vfs {
             let mut late = Late::new();
             {
                 let g = self.sb().rcu.read_lock();
-                self.stat_chunk(&g, cred, at, flags, paths, out, &mut stores, &mut late);
+                self.walk_chunk::<A, P>(&g, cred, at, flags, paths, out, &mut stores, &mut late);
             }
             // Outside the read section: ref mode may block on the backend.
             for (k, w) in late {
-                out[k] = self.stat_ref(w, cred, follow);
+                out[k] = A::finish(self, w, cred, follow);
             }
         }
         Ok(())
@@ -129,14 +246,14 @@ impl Vfs {
     /// whose walk ends takes the next path.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn stat_chunk<'v, 'g, 'c, 'p, P: AsRef<[u8]>>(
+    fn walk_chunk<'v, 'g, 'c, 'p, A: Answer<'v>, P: AsRef<[u8]>>(
         &'v self,
         g: &'g RcuGuard<'_>,
         cred: &'c Cred,
         at: At<'g>,
         flags: WalkFlags,
         paths: &'p [P],
-        out: &mut [Result<Attr>],
+        out: &mut [Result<A::Out>],
         stores: &mut [PathCopy; LANES],
         late: &mut Late<'v, 'p>,
     ) where
@@ -152,6 +269,7 @@ impl Vfs {
             out,
             late,
             next: 0,
+            answer: PhantomData::<A>,
         };
         let table = &self.sb().table;
         let idle = table.bucket_for(std::ptr::null(), 0);
@@ -187,16 +305,21 @@ impl Vfs {
                         }
                     }
                     // Its inode (the step reads the mode, `stat` every
-                    // word); or, when that dentry is another name's, the
-                    // next on the chain.
+                    // word) and, for a lookup's last component, its
+                    // count line; or, when that dentry is another name's,
+                    // the next on the chain.
                     1 => {
                         for l in set.iter_mut() {
                             let (Some(w), Some(d)) = (&l.w, l.head) else {
                                 continue;
                             };
                             if d.hint_matches(w.cur(), l.comp.hash) {
+                                let last = OnePiece::is_last(l.comp);
                                 if let Some(i) = inode_of(g, d) {
-                                    i.prefetch(OnePiece::is_last(l.comp));
+                                    i.prefetch(last);
+                                }
+                                if A::TAKES_REF && last {
+                                    prefetch(&d.d_lockref);
                                 }
                             } else if let Some(n) = d.hash_next_rcu(g) {
                                 prefetch_lines(n, 2);
@@ -223,37 +346,32 @@ impl Vfs {
 
 /// What a chunk's lanes share: the walk's parameters, the paths and where
 /// their answers go.
-struct Feed<'v, 'g, 'c, 'p, 'o, P> {
+struct Feed<'v, 'g, 'c, 'p, 'o, A: Answer<'v>, P> {
     vfs: &'v Vfs,
     g: &'g RcuGuard<'g>,
     cred: &'c Cred,
     at: At<'g>,
     flags: WalkFlags,
     paths: &'p [P],
-    out: &'o mut [Result<Attr>],
+    out: &'o mut [Result<A::Out>],
     late: &'o mut Late<'v, 'p>,
     /// The next path to start.
     next: usize,
+    answer: PhantomData<A>,
 }
 
-impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
-    /// The answer read inside the section: the final inode's attributes,
-    /// written straight into the path's slot `out` (as `stat_rcu_in` does:
-    /// no move of them through the walk's result). What it writes stands
-    /// only if the walk then validates it (`Walked::Rcu`); otherwise the
-    /// slot is written again with the answer of the ref-mode rest.
+impl<'v: 'g, 'g, 'c, 'p, A: Answer<'v>, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, A, P> {
+    /// The answer read inside the section ([`Answer::read`]), written
+    /// straight into the path's slot `out`.
     #[inline(always)]
     fn read<'o>(
         g: &'g RcuGuard<'g>,
-        out: &'o mut Result<Attr>,
-    ) -> impl FnOnce(&'g Dentry) -> Option<()> + 'o
+        out: &'o mut Result<A::Out>,
+    ) -> impl FnOnce(&'g Dentry) -> Option<()> + 'o + use<'v, 'g, 'o, 'c, 'p, A, P>
     where
         'g: 'o,
     {
-        move |dd| {
-            *out = Ok(inode_of(g, dd)?.try_attr()?);
-            Some(())
-        }
+        move |dd| A::read(g, dd, out)
     }
 
     /// Start the next path that needs a walk in lane `l` (answering the
@@ -304,20 +422,10 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
     /// A path too long for the padded copy: the single walk, at once.
     #[cold]
     fn single(&mut self, k: usize, path: &'p [u8]) {
-        let mut a = MaybeUninit::uninit();
-        let w = self.vfs.stat_rcu_in(
-            self.g,
-            self.cred,
-            self.at,
-            path,
-            self.flags.follow_last,
-            StatMode::RefFree,
-            &mut a,
-        );
-        if let Walked::Rcu(()) = w {
-            // SAFETY: an rcu-mode answer wrote the attributes.
-            self.out[k] = Ok(unsafe { a.assume_init() });
-        }
+        let read = Self::read(self.g, &mut self.out[k]);
+        let w = self
+            .vfs
+            .walk_rcu(self.g, self.cred, self.at, path, self.flags, read);
         put(&mut self.out[k], self.late, k, w);
     }
 
@@ -363,7 +471,7 @@ impl<'v: 'g, 'g, 'c, 'p, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_, P> {
 /// Record how path `k`'s walk ended: its error, or its ref-mode rest for
 /// later (an rcu-mode answer is already in `out`, see `Feed::read`).
 #[inline(always)]
-fn put<'v, 'p>(out: &mut Result<Attr>, late: &mut Late<'v, 'p>, k: usize, w: Walked<'v, 'p, ()>) {
+fn put<'v, 'p, T>(out: &mut Result<T>, late: &mut Late<'v, 'p>, k: usize, w: Walked<'v, 'p, ()>) {
     match w {
         Walked::Rcu(()) => {}
         Walked::Err(e) => *out = Err(e),

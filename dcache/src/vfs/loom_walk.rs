@@ -298,6 +298,40 @@ fn batch_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
     (out[0].map(|a| a.ino), by)
 }
 
+/// `lookup_many` of `path` and of p/f, as [`batch_ino`]: the first lane's
+/// counted reference (a negative one answers ENOENT), given back at once.
+fn lookup_many_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
+    let c = vfs.counters();
+    let (unlazied, restarts) = (c.unlazied(), c.restarts());
+    let mut out = [Err(Errno::EINVAL), Err(Errno::EINVAL)];
+    vfs.as_root()
+        .lookup_many(At::Root, &[path, "p/f"], false, &mut out)
+        .unwrap();
+    let by = if c.restarts() > restarts {
+        By::Restarted
+    } else if c.unlazied() > unlazied {
+        By::Unlazied
+    } else {
+        By::Rcu
+    };
+    let [first, _] = out;
+    let r = first.and_then(|d| d.inode().map(|i| i.ino()).ok_or(Errno::ENOENT));
+    (r, by)
+}
+
+/// A lookup's reference is taken inside the batch's read section, on a
+/// dentry that a rename is moving: the old name resolves only before the
+/// rename finished, and the reference is to the renamed file.
+#[test]
+fn loom_lookup_many_vs_rename() {
+    rcu_answered(walk_vs(
+        lookup_many_ino,
+        rename_f_to_g,
+        "p/f",
+        old_name_gone,
+    ));
+}
+
 #[test]
 fn loom_batch_vs_unlink() {
     rcu_answered(walk_vs(
