@@ -88,20 +88,43 @@ fn rcu_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
     }
 }
 
+/// The walk counters before a call: how it was answered ([`Since::by`]).
+struct Since {
+    c: StdArc<super::Counters>,
+    unlazied: usize,
+    restarts: usize,
+}
+
+impl Since {
+    fn now(vfs: &Vfs) -> Since {
+        let c = vfs.counters();
+        let (unlazied, restarts) = (c.unlazied(), c.restarts());
+        Since {
+            c,
+            unlazied,
+            restarts,
+        }
+    }
+
+    /// Started over, went on in ref mode, or answered in rcu mode since.
+    fn by(&self) -> By {
+        if self.c.restarts() > self.restarts {
+            By::Restarted
+        } else if self.c.unlazied() > self.unlazied {
+            By::Unlazied
+        } else {
+            By::Rcu
+        }
+    }
+}
+
 /// `stat` of `path`, and how it was answered. (The other thread's
 /// namespace operation walks to its parent in ref mode, so `ref_walks` is
 /// not this walk's alone; it neither unlazies nor restarts.)
 fn stat_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
-    let c = vfs.counters();
-    let (unlazied, restarts) = (c.unlazied(), c.restarts());
+    let since = Since::now(vfs);
     let r = vfs.as_root().stat(At::Root, path).map(|a| a.ino);
-    let by = if c.restarts() > restarts {
-        By::Restarted
-    } else if c.unlazied() > unlazied {
-        By::Unlazied
-    } else {
-        By::Rcu
-    };
+    let by = since.by();
     (r, by)
 }
 
@@ -282,38 +305,24 @@ fn loom_walk_fallback_continues_where_rcu_stopped() {
 /// section, hints loaded from chains a writer is changing, lanes that stop
 /// going on in ref mode after the section.
 fn batch_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
-    let c = vfs.counters();
-    let (unlazied, restarts) = (c.unlazied(), c.restarts());
+    let since = Since::now(vfs);
     let mut out = [Err(Errno::EINVAL), Err(Errno::EINVAL)];
     vfs.as_root()
         .stat_many(At::Root, &[path, "p/f"], &mut out)
         .unwrap();
-    let by = if c.restarts() > restarts {
-        By::Restarted
-    } else if c.unlazied() > unlazied {
-        By::Unlazied
-    } else {
-        By::Rcu
-    };
+    let by = since.by();
     (out[0].map(|a| a.ino), by)
 }
 
 /// `lookup_many` of `path` and of p/f, as [`batch_ino`]: the first lane's
 /// counted reference (a negative one answers ENOENT), given back at once.
 fn lookup_many_ino(vfs: &Vfs, path: &str) -> (Result<u64, Errno>, By) {
-    let c = vfs.counters();
-    let (unlazied, restarts) = (c.unlazied(), c.restarts());
+    let since = Since::now(vfs);
     let mut out = [Err(Errno::EINVAL), Err(Errno::EINVAL)];
     vfs.as_root()
         .lookup_many(At::Root, &[path, "p/f"], false, &mut out)
         .unwrap();
-    let by = if c.restarts() > restarts {
-        By::Restarted
-    } else if c.unlazied() > unlazied {
-        By::Unlazied
-    } else {
-        By::Rcu
-    };
+    let by = since.by();
     let [first, _] = out;
     let r = first.and_then(|d| d.inode().map(|i| i.ino()).ok_or(Errno::ENOENT));
     (r, by)
