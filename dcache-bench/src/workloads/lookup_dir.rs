@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use super::stat_random::SplitMix;
+use super::stat_random::{holding_all, paths_option, SplitMix};
 use crate::worker::Worker;
 use crate::workload::{Case, CaseSpec, Workload};
 use dcache::errno::Errno;
 use dcache::fs::memfs::{Limits, MemFs};
-use dcache::vfs::{At, Config, Vfs};
+use dcache::vfs::{At, Vfs};
 use dcache::DentryRef;
 
 pub struct LookupDir;
@@ -39,10 +39,7 @@ impl Workload for LookupDir {
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
-        let n = usize::try_from(spec.options.paths)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or("--paths must be at least 1")?;
+        let n = paths_option(spec)?;
         match (spec.target, spec.variant) {
             ("lib", "one") => DirCase::new(n, false).map(|c| Box::new(c) as Box<dyn Case>),
             ("lib", "batch") => DirCase::new(n, true).map(|c| Box::new(c) as Box<dyn Case>),
@@ -76,16 +73,8 @@ impl DirCase {
                 .map_err(|e| format!("memfs d/{name}: {e}"))?;
             names.extend_from_slice(name.as_bytes());
         }
-        // Every name fits, and nothing unused is shrunk (as `stat-random`).
-        let vfs = Vfs::with_config(
-            fs,
-            Config {
-                capacity: n + 2,
-                max_unused: (n + 2).saturating_mul(2).max(1 << 20),
-                ..Config::default()
-            },
-        )
-        .map_err(|e| format!("vfs: {e}"))?;
+        // Every name, the directory and the root fit; nothing is shrunk.
+        let vfs = Vfs::with_config(fs, holding_all(n + 2)).map_err(|e| format!("vfs: {e}"))?;
         let case = DirCase { vfs, names, batch };
         // Every name cached before the first reading.
         {

@@ -74,10 +74,7 @@ impl Workload for StatRandom {
     }
 
     fn prepare(&self, spec: &CaseSpec<'_>) -> Result<Box<dyn Case>, String> {
-        let n = usize::try_from(spec.options.paths)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or("--paths must be at least 1")?;
+        let n = paths_option(spec)?;
         // The table is built before the first reading, so it is not counted.
         let paths = Paths::new(Shape::new(n));
         match (spec.target, spec.variant) {
@@ -86,6 +83,24 @@ impl Workload for StatRandom {
             ("kernel", "syscall") => KernelCase::new(paths).map(|c| Box::new(c) as Box<dyn Case>),
             (t, v) => Err(format!("variant {v} does not run on target {t}")),
         }
+    }
+}
+
+/// `--paths`, at least 1.
+pub(super) fn paths_option(spec: &CaseSpec<'_>) -> Result<usize, String> {
+    usize::try_from(spec.options.paths)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "--paths must be at least 1".to_string())
+}
+
+/// A `Vfs` sizing for a cache that holds all of `entries` dentries: the
+/// table sized for them, and nothing unused shrunk.
+pub(super) fn holding_all(entries: usize) -> Config {
+    Config {
+        capacity: entries,
+        max_unused: entries.saturating_mul(2).max(1 << 20),
+        ..Config::default()
     }
 }
 
@@ -309,15 +324,7 @@ impl LibCase {
         // Every path, its directories and the root fit, and nothing unused
         // is shrunk: the measurement is of a cache that holds them all.
         let entries = shape.n + shape.dir_count() + 1;
-        let vfs = Vfs::with_config(
-            fs,
-            Config {
-                capacity: entries,
-                max_unused: entries.saturating_mul(2).max(1 << 20),
-                ..Config::default()
-            },
-        )
-        .map_err(|e| format!("vfs: {e}"))?;
+        let vfs = Vfs::with_config(fs, holding_all(entries)).map_err(|e| format!("vfs: {e}"))?;
         for i in 0..paths.len() {
             vfs.as_root()
                 .stat(At::Root, paths.name(i))
