@@ -248,6 +248,14 @@ impl Keys {
             format!("{lane:04x}").as_bytes(),
         ])
     }
+    /// `P/a/f/<client>/<seq>`: the fence of `client`'s commit number
+    /// `seq` (`fs::client`). Every commit requires it absent; resolving a
+    /// lost answer puts it, so the lost request, should it reach etcd
+    /// later, can no longer apply. On the session lease; outside the
+    /// watched range.
+    pub fn op_fence(&self, client: &str, seq: u64) -> Vec<u8> {
+        self.k(&[b"/a/f/", client.as_bytes(), b"/", hex16(seq).as_bytes()])
+    }
     /// The prefix of every marker key of `client`.
     pub fn op_markers(&self, client: &str) -> Vec<u8> {
         self.k(&[b"/o/", client.as_bytes(), b"/m/"])

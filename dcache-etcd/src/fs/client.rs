@@ -1,7 +1,7 @@
 //! Request plumbing for [`Inner`]: how a failed request is classified,
 //! the small `TxnOp`/`Compare` builders, decoding of the records a read
 //! returns, name checks, and the read/commit loops (deadlines, retries,
-//! the marker key that resolves a lost commit) with inode allocation and
+//! the marker key and fence that resolve a lost commit) with inode allocation and
 //! root creation built on them.
 
 use std::collections::BTreeMap;
@@ -231,7 +231,8 @@ impl Inner {
     }
 
     /// Commit `ops` if every compare holds. A lost response is resolved
-    /// by reading this client's marker key; out of time: EIO (the outcome
+    /// by this client's marker key (applied) or the commit's fence (not
+    /// applied, and never will be); out of time: EIO (the outcome
     /// is then unknown, as for a local disk that failed mid-write).
     pub(super) async fn commit(
         &self,
@@ -307,11 +308,21 @@ impl Inner {
     async fn commit_seq(
         &self,
         dl: Instant,
-        cmps: Vec<Compare>,
+        mut cmps: Vec<Compare>,
         mut ops: Vec<TxnOp>,
         or_else: Vec<TxnOp>,
         seq: u64,
     ) -> Result<(Outcome, Option<(i64, Vec<GetResponse>)>)> {
+        // The commit applies only while its fence is absent: a lost
+        // answer is resolved by a transaction that either finds the
+        // marker (applied) or puts the fence (so the lost request, still
+        // queued somewhere between here and etcd's apply loop, fails its
+        // compares whenever it arrives). A read of the marker alone could
+        // answer "not applied" before the request applied, and the caller
+        // would then recompute against its own change (a create reporting
+        // EEXIST for the name it made).
+        let fence = self.keys.op_fence(&self.client_id, seq);
+        cmps.push(absent(fence.clone()));
         let seq = seq.to_le_bytes();
         // A marker no other commit of this client writes until this one
         // is resolved: a lost answer is then read back from it even when
@@ -340,17 +351,41 @@ impl Inner {
             let lim = self.attempt_limit(dl)?;
             let mut kv = self.client.kv_client();
             if uncertain {
-                match tokio::time::timeout(lim, kv.get(marker.clone(), None)).await {
+                // Applied (the marker holds this commit's number), or
+                // fenced now: one transaction, so etcd orders it before
+                // or after the lost request, never beside it.
+                let fence_put = TxnOp::put(
+                    fence.clone(),
+                    Vec::new(),
+                    Some(PutOptions::new().with_lease(self.lease_id())),
+                );
+                let resolve = Txn::new()
+                    .when(vec![Compare::value(
+                        marker.clone(),
+                        CompareOp::Equal,
+                        seq.to_vec(),
+                    )])
+                    .and_then(vec![get(marker.clone())])
+                    .or_else(vec![fence_put, get(marker.clone())]);
+                match tokio::time::timeout(lim, kv.txn(resolve)).await {
                     Ok(Ok(resp)) => {
                         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
                         self.cache.note_read(rev);
-                        return match resp.kvs().first() {
-                            Some(m) if m.value() == seq => {
+                        let found = resp
+                            .op_responses()
+                            .into_iter()
+                            .find_map(|r| match r {
+                                TxnOpResponse::Get(g) => Some(g.kvs().first().cloned()),
+                                _ => None,
+                            })
+                            .flatten();
+                        return match found {
+                            Some(m) if resp.succeeded() => {
                                 Ok((Outcome::Committed(m.mod_revision()), None))
                             }
-                            // Not applied: the caller reads again and
-                            // recomputes; the lost request, should it
-                            // still apply, fails its compares then.
+                            // Not applied, and fenced: the caller reads
+                            // again and recomputes; the lost request, should
+                            // it still arrive, fails its compares.
                             Some(_) => Ok((Outcome::Conflict, None)),
                             // No marker: not applied if the lease it went
                             // on still lives (its keys are deleted only
@@ -362,11 +397,16 @@ impl Inner {
                             },
                         };
                     }
-                    Ok(Err(e)) => {
-                        if let Fail::Fatal(x) = classify(&e) {
-                            return Err(x);
+                    Ok(Err(e)) => match classify(&e) {
+                        Fail::Fatal(x) => return Err(x),
+                        // The fence's lease was replaced: put it on the
+                        // new one.
+                        Fail::LeaseGone => {
+                            self.lease_gone.notify_one();
+                            tokio::time::sleep(Duration::from_millis(50)).await;
                         }
-                    }
+                        Fail::Transient => {}
+                    },
                     Err(_) => {}
                 }
             } else {
