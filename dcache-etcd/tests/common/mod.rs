@@ -252,9 +252,24 @@ pub fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A client `Vfs` on `spec`.
+/// A client `Vfs` on `spec`. A connect that fails with EIO (the cluster
+/// slow to answer within `opts.timeout`, as a just started one can be on
+/// a loaded 2-core CI box) is tried again for up to 20 s: a test that
+/// calls this is about what the client does once connected (tests of
+/// failing connects call `EtcdFs::connect_with` themselves).
 pub fn client(spec: &str, opts: Options) -> (Arc<EtcdFs>, Vfs) {
-    let fs = Arc::new(EtcdFs::connect_with(spec, opts).expect("connect"));
+    let until = Instant::now() + Duration::from_secs(20);
+    let fs = loop {
+        match EtcdFs::connect_with(spec, opts.clone()) {
+            Ok(fs) => break fs,
+            Err(e) if e.errno == dcache::Errno::EIO && Instant::now() < until => {
+                eprintln!("connect: {e:?}; trying again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("connect: {e:?}"),
+        }
+    };
+    let fs = Arc::new(fs);
     let vfs = Vfs::new(fs.clone()).expect("vfs");
     (fs, vfs)
 }
