@@ -395,7 +395,7 @@ fn object_store_mount(s3: bool, t: &str) {
     // (one CI run had four), so `dcache gc` below checks what must hold
     // however the bytes were cut: every object named, none an orphan,
     // their bytes the file's.
-    let stored = (s3.is_none()).then(|| files_under(&data.path().join(&uuid)));
+    let stored = s3.is_none().then(|| files_under(&data.path().join(&uuid)));
     let fs = Arc::new(dcache_etcd::EtcdFs::connect(&spec).expect("connect"));
     let vfs = dcache::Vfs::new(fs.clone()).unwrap();
     let f = vfs

@@ -401,10 +401,7 @@ impl Inner {
                         Fail::Fatal(x) => return Err(x),
                         // The fence's lease was replaced: put it on the
                         // new one.
-                        Fail::LeaseGone => {
-                            self.lease_gone.notify_one();
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
+                        Fail::LeaseGone => self.lease_refused().await,
                         Fail::Transient => {}
                     },
                     Err(_) => {}
@@ -440,10 +437,7 @@ impl Inner {
                         Fail::Transient => uncertain = true,
                         // Refused as a whole (the lease is checked
                         // before anything applies): not uncertain.
-                        Fail::LeaseGone => {
-                            self.lease_gone.notify_one();
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
+                        Fail::LeaseGone => self.lease_refused().await,
                         Fail::Fatal(x) => return Err(x),
                     },
                     Err(_) => uncertain = true,

@@ -98,6 +98,14 @@ impl Inner {
         }
     }
 
+    /// A request was refused because its lease is gone: wake the lease
+    /// loop to put a new one in place, and give it a moment before the
+    /// caller tries again.
+    pub(super) async fn lease_refused(&self) {
+        self.lease_gone.notify_one();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     /// Whether etcd still knows lease `id` (`None`: no answer in `lim`).
     pub(super) async fn lease_alive(&self, lim: Duration, id: i64) -> Option<bool> {
         let mut lc = self.client.lease_client();

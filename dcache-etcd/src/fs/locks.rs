@@ -200,10 +200,7 @@ impl Inner {
                 }
                 Ok(Err(e)) => match classify(&e) {
                     // Refused before anything applied: a new lease first.
-                    Fail::LeaseGone => {
-                        self.lease_gone.notify_one();
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
+                    Fail::LeaseGone => self.lease_refused().await,
                     // Maybe applied: decide again from a fresh read.
                     Fail::Transient => return Ok(None),
                     Fail::Fatal(x) => return Err(x),
