@@ -20,7 +20,8 @@ pub const MAX_SECONDS: u64 = 24 * 3600;
 const MAX_MIB: u64 = 1 << 20;
 
 /// The most paths `stat-random` may build (the dcache's table stops
-/// growing at 2^26 buckets; memory is the real limit).
+/// growing at 2^27 buckets, two per entry up to 2^26; memory is the real
+/// limit).
 pub const MAX_PATHS: u64 = 1 << 26;
 
 /// Defaults for a named workload.

@@ -2,11 +2,15 @@
 //!
 //! Fields are grouped by who touches them, as in Linux's `struct dentry`:
 //!
-//! - cache line 0 and the first part of line 1: what an rcu-walk reads for
-//!   every path component — flags, the `d_seq` counter, the hash-chain link,
-//!   parent, name hash+length, inode, the name itself (inline up to
-//!   `DNAME_INLINE_LEN` bytes, out of line beyond), the revalidation cookie.
-//!   Written only on rename, instantiate, unhash: read-mostly.
+//! - cache line 0: what an rcu-walk reads for every path component —
+//!   flags, the `d_seq` counter, the hash-chain link, parent, name
+//!   hash+length, inode — and the first `NAME_ON_LINE0` bytes of the name,
+//!   so that a step matching a short name reads one line.
+//! - the first part of line 1: the rest of the inline name (up to
+//!   `DNAME_INLINE_LEN` bytes; out of line beyond), then what no step
+//!   reads: the out-of-line name pointer, the owning `Super`, the
+//!   revalidation cookie. Lines 0 and 1 are written only on rename,
+//!   instantiate, unhash: read-mostly.
 //! - cache line 2: the counts. The `LockRef` first: every counted reference
 //!   (open, ref-walk, a FUSE node's pin) writes it. Then the children count,
 //!   written with the parent's lockref whenever a child is made or killed
@@ -62,16 +66,19 @@ pub struct Dentry {
     pub(crate) d_hash_len: AtomicU64,
     /// Null for a negative dentry.
     pub(crate) d_inode: AtomicPtr<Inode>,
+    /// The name, zero padded, when it fits. Its first
+    /// [`NAME_ON_LINE0`] bytes share line 0 with the fields above, so a
+    /// step that compares a name that short reads one line of the dentry.
+    pub(crate) d_iname: [AtomicU64; INLINE_WORDS],
     /// Out-of-line name (longer than DNAME_INLINE_LEN), else null.
     pub(crate) d_name_ext: AtomicPtr<ExtName>,
     /// The owning Vfs's shared state (Linux's d_sb). Opaque here: the
     /// cache (`vfs::dcache::sb_of`) knows its type, and this module stays
-    /// below it.
+    /// below it. Read once per call (`Vfs::owns`), not per step.
     pub(crate) d_sb: *const (),
-    /// Backend cookie recorded at lookup, handed to `revalidate` (d_time).
+    /// Backend cookie recorded at lookup, handed to `revalidate` (d_time);
+    /// read only by a revalidating backend's walk.
     pub(crate) d_time: AtomicU64,
-    /// The name, zero padded, when it fits.
-    pub(crate) d_iname: [AtomicU64; INLINE_WORDS],
     /// Up to the count line: read lines hold nothing else.
     _read_pad: [u8; READ_PAD],
     // ---- write-hot: the counts, on their own cache line ----
@@ -80,9 +87,16 @@ pub struct Dentry {
     pub(crate) d_children: AtomicU32,
 }
 
-/// Bytes from the end of the inline name to the count line (line 2): the
+/// Bytes from the end of the read fields to the count line (line 2): the
 /// read fields are 64 bytes of pointers and words plus the inline name.
 const READ_PAD: usize = 2 * 64 - (64 + DNAME_INLINE_LEN);
+
+/// How many bytes of an inline name lie on the dentry's first line, with
+/// the fields every step reads: names up to this long are compared
+/// without touching line 1 (the batched walk prefetches one line for
+/// them, `vfs::batch`). Most names are this short; Linux's `d_iname`
+/// likewise starts on the first line.
+pub(crate) const NAME_ON_LINE0: usize = 24;
 
 // The rules of the layout, checked at build time. (Not under loom, whose
 // instrumented atomics are larger than the real ones.)
@@ -92,7 +106,7 @@ mod layout_rules {
     use crate::cache_aligned::CACHE_LINE;
     use std::mem::{offset_of, size_of};
     const LOCKREF_OFF: usize = offset_of!(Dentry, d_lockref);
-    const LOOKUP_END: usize = offset_of!(Dentry, d_iname) + size_of::<[AtomicU64; INLINE_WORDS]>();
+    const LOOKUP_END: usize = offset_of!(Dentry, d_time) + size_of::<AtomicU64>();
     const _: () = assert!(LOCKREF_OFF % CACHE_LINE == 0);
     // Every lookup field ends before the LockRef's cache line starts...
     const _: () = assert!(LOOKUP_END <= LOCKREF_OFF);
@@ -114,8 +128,17 @@ mod layout_rules {
     };
     const _: () = assert!(size_of::<Dentry>() == LOCKREF_OFF + CACHE_LINE);
     const _: () = assert!(size_of::<Dentry>() <= 192);
-    // The per-step hot fields fit in the first line.
-    const _: () = assert!(offset_of!(Dentry, d_time) + 8 <= CACHE_LINE);
+    // The per-step hot fields fit in the first line, and so do the first
+    // NAME_ON_LINE0 bytes of the inline name.
+    const _: () = assert!(offset_of!(Dentry, d_inode) + 8 <= CACHE_LINE);
+    const _: () = assert!(offset_of!(Dentry, d_hash_len) + 8 <= CACHE_LINE);
+    const _: () = assert!(offset_of!(Dentry, d_parent) + 8 <= CACHE_LINE);
+    const _: () = assert!(offset_of!(Dentry, d_iname) + NAME_ON_LINE0 == CACHE_LINE);
+    const _: () = assert!(NAME_ON_LINE0 % 8 == 0 && NAME_ON_LINE0 <= DNAME_INLINE_LEN);
+    // What no step reads comes after the inline name.
+    const _: () = assert!(offset_of!(Dentry, d_time) >= CACHE_LINE);
+    const _: () = assert!(offset_of!(Dentry, d_sb) >= CACHE_LINE);
+    const _: () = assert!(offset_of!(Dentry, d_name_ext) + 8 <= LOCKREF_OFF);
     const _: () = assert!(DNAME_INLINE_LEN >= 32 && DNAME_INLINE_LEN % 8 == 0);
 }
 
@@ -221,10 +244,10 @@ impl Dentry {
             d_parent: AtomicPtr::new(parent),
             d_hash_len: AtomicU64::new(hash_len(hash, name.len())),
             d_inode: AtomicPtr::new(std::ptr::null_mut()),
+            d_iname: std::array::from_fn(|_| AtomicU64::new(0)),
             d_name_ext: AtomicPtr::new(std::ptr::null_mut()),
             d_sb: sb,
             d_time: AtomicU64::new(0),
-            d_iname: std::array::from_fn(|_| AtomicU64::new(0)),
             _read_pad: [0; READ_PAD],
             d_lockref: LockRef::new(),
             d_children: AtomicU32::new(0),

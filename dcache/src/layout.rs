@@ -52,10 +52,10 @@ fn dentry_layout() -> TypeLayout {
         d_parent,
         d_hash_len,
         d_inode,
+        d_iname,
         d_name_ext,
         d_sb,
         d_time,
-        d_iname,
         d_lockref,
         d_children
     })

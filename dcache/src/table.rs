@@ -113,14 +113,31 @@ pub(crate) enum RcuHit<'g> {
     Busy,
 }
 
+/// Buckets per expected entry. A chain's other entries cost a walk a
+/// miss each when they are cold, and sit in front of the hot ones too: a
+/// directory inserted before its files is behind the files of other
+/// directories that were inserted later (insertion is at the head). At
+/// one bucket per entry (a load factor of 0.5 to 1) 38% of the batched
+/// walk's steps at 1M paths found another name first; at 2 (0.25 to 0.5)
+/// `stat_many` runs 1.28x, one walk at a time 1.18x, for 8 more bytes per
+/// cached path (docs/BENCHMARKS.md, "Chains, not lines"). Linux sizes its
+/// dentry hash by memory, which gives a similar load on a large tree.
+pub(crate) const BUCKETS_PER_ENTRY: usize = 2;
+
 #[inline(always)]
 fn untag(p: *mut Dentry) -> *mut Dentry {
     (p as usize & !LOCK_BIT) as *mut Dentry
 }
 
 impl Table {
+    /// A table for `capacity` dentries: [`BUCKETS_PER_ENTRY`] buckets per
+    /// entry at least, rounded up to a power of two (so the load factor at
+    /// `capacity` is at most 1 / BUCKETS_PER_ENTRY).
     pub(crate) fn with_capacity(capacity: usize) -> Table {
-        let n = capacity.clamp(16, 1 << 26).next_power_of_two();
+        let n = capacity
+            .saturating_mul(BUCKETS_PER_ENTRY)
+            .clamp(16, 1 << 27)
+            .next_power_of_two();
         Table {
             #[cfg(not(loom))]
             buckets: Buckets::new(n),

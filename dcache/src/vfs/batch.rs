@@ -18,7 +18,8 @@
 //! 1. (at the end of the step before) prefetch the bucket of (directory,
 //!    name hash): both are known without a load (the walk stands in the
 //!    directory; the hash comes from the path scan);
-//! 2. load the bucket's first dentry and prefetch its two read lines;
+//! 2. load the bucket's first dentry and prefetch its read lines (one for
+//!    a name of up to `NAME_ON_LINE0` bytes, two beyond);
 //! 3. load that dentry's inode pointer and prefetch the inode (its mode
 //!    word; for the last component, the attributes too);
 //! 4. take the step: [`RcuWalk::step`], the one walk's per-component rules
@@ -292,14 +293,14 @@ impl Vfs {
             for set in lanes.chunks_mut(PER_SET) {
                 match phase {
                     // The first dentry of each chain (its bucket was
-                    // prefetched a tick ago; its lookup fields and inline
-                    // name span two lines).
+                    // prefetched a tick ago): its lookup fields, and the
+                    // inline name's line 1 when the name reaches it.
                     0 => {
                         for l in set.iter_mut() {
                             if l.w.is_some() {
                                 l.head = table.head_rcu(g, l.bucket);
                                 if let Some(d) = l.head {
-                                    prefetch_lines(d, 2);
+                                    prefetch_lines(d, l.comp.dentry_lines());
                                 }
                             }
                         }
@@ -322,7 +323,7 @@ impl Vfs {
                                     prefetch(&d.d_lockref);
                                 }
                             } else if let Some(n) = d.hash_next_rcu(g) {
-                                prefetch_lines(n, 2);
+                                prefetch_lines(n, l.comp.dentry_lines());
                             }
                         }
                     }

@@ -70,8 +70,9 @@ pub(crate) fn root_cred() -> &'static Cred {
 /// Sizing and policy knobs of a `Vfs`.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Expected number of cached dentries: sizes the hash table once, so
-    /// readers never meet a resize.
+    /// Expected number of cached dentries: sizes the hash table once (two
+    /// buckets per dentry at least, a power of two), so readers never meet
+    /// a resize.
     pub capacity: usize,
     /// Unused (count 0) dentries beyond this are shrunk.
     pub max_unused: usize,

@@ -8,7 +8,7 @@
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
-use crate::dentry::{hash_finish, hash_word, load_partial, HASH_INIT};
+use crate::dentry::{hash_finish, hash_word, load_partial, HASH_INIT, NAME_ON_LINE0};
 use crate::errno::{Errno, Result};
 use crate::fs::PATH_MAX;
 
@@ -552,6 +552,18 @@ pub(super) struct Scanned {
     pub(super) first: u64,
     last: bool,
     must_dir: bool,
+    /// Longer than the part of a dentry's inline name on its first line
+    /// ([`NAME_ON_LINE0`]): matching it reads the dentry's second line too.
+    long: bool,
+}
+
+impl Scanned {
+    /// How many of a dentry's read lines matching this name touches (the
+    /// batched walk prefetches that many).
+    #[inline(always)]
+    pub(super) fn dentry_lines(self) -> usize {
+        1 + usize::from(self.long)
+    }
 }
 
 impl OnePiece<'_> {
@@ -590,6 +602,7 @@ impl OnePiece<'_> {
             first,
             last,
             must_dir: last && end < self.len,
+            long: end - start > NAME_ON_LINE0,
         })
     }
 
