@@ -114,14 +114,12 @@ pub(crate) enum RcuHit<'g> {
 }
 
 /// Buckets per expected entry. A chain's other entries cost a walk a
-/// miss each when they are cold, and sit in front of the hot ones too: a
-/// directory inserted before its files is behind the files of other
-/// directories that were inserted later (insertion is at the head). At
-/// one bucket per entry (a load factor of 0.5 to 1) 38% of the batched
-/// walk's steps at 1M paths found another name first; at 2 (0.25 to 0.5)
-/// `stat_many` runs 1.28x, one walk at a time 1.18x, for 8 more bytes per
-/// cached path (docs/BENCHMARKS.md, "Chains, not lines"). Linux sizes its
-/// dentry hash by memory, which gives a similar load on a large tree.
+/// miss each when they are cold. At one bucket per entry (a load factor of
+/// 0.5 to 1), 38% of the batched walk's steps at 1M paths found another
+/// name first; at 2 (0.25 to 0.5) `stat_many` runs 1.31x, one walk at a
+/// time 1.14x, for 8 more bytes per cached path (docs/BENCHMARKS.md,
+/// "Chains, not lines"). Linux sizes its dentry hash by memory, which
+/// gives a similar load on a large tree.
 pub(crate) const BUCKETS_PER_ENTRY: usize = 2;
 
 #[inline(always)]
@@ -308,6 +306,7 @@ impl Table {
         let head = self.lock_bucket(b);
         let want = hash_len(hash, name.len());
         let mut p = head;
+        let mut last: Option<&Dentry> = None;
         while !p.is_null() {
             // SAFETY: chain members are live while we hold the bucket lock
             // (removal needs the lock; freeing waits for a grace period).
@@ -320,12 +319,43 @@ impl Table {
                 self.unlock_bucket(b, head);
                 return Some(p);
             }
+            last = Some(e);
             p = e.d_hash_next.load(Ordering::Relaxed);
         }
-        // Relaxed: published by the Release in unlock_bucket.
-        dr.d_hash_next.store(head, Ordering::Relaxed);
-        self.unlock_bucket(b, d);
+        match last {
+            // A directory goes first, anything else last: every walk to a
+            // name below a directory matches the directory on its chain, so
+            // it must not wait behind a cold file's line. (At the head, a
+            // directory made before its files ends up behind the files of
+            // other directories made later; `stat_many` ran 1.09x and one
+            // stat 1.09x at 1M paths with this order, docs/BENCHMARKS.md.)
+            Some(tail) if !Self::goes_first(dr) => {
+                // Relaxed: d is not reachable before the store below.
+                dr.d_hash_next
+                    .store(std::ptr::null_mut(), Ordering::Relaxed);
+                // Release: a reader that follows tail's next sees d's
+                // fields (parent, name, inode) initialised.
+                tail.d_hash_next.store(d, Ordering::Release);
+                self.unlock_bucket(b, head);
+            }
+            _ => {
+                // Relaxed: published by the Release in unlock_bucket.
+                dr.d_hash_next.store(head, Ordering::Relaxed);
+                self.unlock_bucket(b, d);
+            }
+        }
         None
+    }
+
+    /// Whether a new entry goes to its chain's head: a directory (walks
+    /// pass through it to every name below), not a file, a symlink or a
+    /// negative entry.
+    fn goes_first(d: &Dentry) -> bool {
+        // Relaxed: the inode was bound before the insertion, by this thread.
+        let i = d.d_inode.load(Ordering::Relaxed);
+        // SAFETY: a positive dentry's inode lives as long as the dentry,
+        // which the caller keeps alive.
+        !i.is_null() && unsafe { &*i }.is_dir()
     }
 
     /// Insert without a duplicate check (rename re-hashing a dentry whose

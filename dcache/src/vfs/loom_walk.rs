@@ -371,3 +371,80 @@ fn loom_batch_vs_create_of_an_uncached_name() {
         "no walk went on from p: {t:?}"
     );
 }
+
+/// A name of p's that falls in p/f's bucket (under loom a bucket is
+/// chosen by the name alone): creating it appends it to a chain that
+/// holds a file, behind that file (`Table::insert_unique` puts only
+/// directories first).
+fn a_name_behind_f() -> &'static str {
+    static NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    if let Some(name) = NAME.get() {
+        return name;
+    }
+    // The table's atomics are loom's: found inside a (one-thread) model,
+    // on the first call, which is outside the models that use it.
+    loom::model(|| {
+        NAME.get_or_init(name_behind_f);
+    });
+    NAME.get().expect("set by the model")
+}
+
+fn name_behind_f() -> &'static str {
+    {
+        let table = crate::table::Table::with_capacity(16);
+        let bucket = |n: &str| {
+            table.bucket_for(std::ptr::null(), crate::dentry::name_hash(n.as_bytes())) as *const _
+        };
+        let f = bucket("f");
+        let name = (0..10_000)
+            .map(|i| format!("t{i}"))
+            .find(|n| std::ptr::eq(bucket(n), f))
+            .expect("no name shares p/f's bucket");
+        Box::leak(format!("p/{name}").into_boxed_str())
+    }
+}
+
+/// A walk to a name being appended to a chain's tail, behind a cached
+/// file: rcu mode answers once the create is in the table, and otherwise
+/// stops at the miss and goes on from p; the name is never missing after
+/// its create finished. And it was appended: the chain's head is still f.
+#[test]
+fn loom_walk_vs_create_at_a_chains_tail() {
+    let path = a_name_behind_f();
+    let t = walk_vs(
+        stat_ino,
+        |vfs| {
+            vfs.as_root()
+                .create(At::Root, a_name_behind_f(), 0o644)
+                .unwrap();
+        },
+        path,
+        |r, _f, after| {
+            if let Err(e) = r {
+                assert_eq!(e, Errno::ENOENT);
+                assert!(!after, "the new name missing after its create finished");
+            }
+        },
+    );
+    rcu_answered(t);
+    assert!(
+        t[By::Unlazied as usize] > 0,
+        "no walk went on from p: {t:?}"
+    );
+    // And the create appended: p/f is still first on the chain, the new
+    // name behind it (one thread, so one execution).
+    loom::model(move || {
+        let (vfs, _) = setup();
+        vfs.as_root().create(At::Root, path, 0o644).unwrap();
+        let g = vfs.sb().rcu.read_lock();
+        let p = vfs.as_root().lookup(At::Root, "p", true).unwrap();
+        let b = vfs
+            .sb()
+            .table
+            .bucket_for(p.dentry(), crate::dentry::name_hash(&path.as_bytes()[2..]));
+        let head = vfs.sb().table.head_rcu(&g, b).expect("an empty chain");
+        assert_eq!(head.name_rcu(&g), b"f");
+        let next = head.hash_next_rcu(&g).expect("nothing behind p/f");
+        assert_eq!(next.name_rcu(&g), &path.as_bytes()[2..]);
+    });
+}
