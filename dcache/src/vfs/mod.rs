@@ -72,7 +72,7 @@ pub(crate) fn root_cred() -> &'static Cred {
 pub struct Config {
     /// Expected number of cached dentries: sizes the hash table once (two
     /// buckets per dentry at least, a power of two), so readers never meet
-    /// a resize.
+    /// a resize. Default 32,768 (a 512 KiB table).
     pub capacity: usize,
     /// Unused (count 0) dentries beyond this are shrunk.
     pub max_unused: usize,
@@ -83,7 +83,11 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            capacity: 1 << 16,
+            // 65,536 buckets (512 KiB), the table's size before it got two
+            // buckets per entry: a `Vfs` made with the defaults (every test,
+            // and each one under miri walks all its buckets at teardown)
+            // costs what it did. Large trees set `capacity`.
+            capacity: 1 << 15,
             max_unused: 1 << 20,
             max_negative: 1 << 16,
         }
