@@ -84,10 +84,23 @@ struct Lane<'v, 'g, 'c, 's> {
     /// The first dentry on that component's chain, once loaded; or the
     /// second, when the first was another name's (`chased`).
     head: Option<&'g Dentry>,
-    /// `head` is the chain's second dentry, prefetched in phase 1.
+    /// `head` is the chain's second dentry, prefetched in phase 1 (taken
+    /// back at the start of the step phase, before any step).
     chased: bool,
     /// Which path of the chunk.
     k: usize,
+}
+
+impl<'g> Lane<'_, 'g, '_, '_> {
+    /// The dentry `head` holds, and whether its hints (parent, name hash)
+    /// say it is the one the lane's component looks for.
+    #[inline(always)]
+    fn candidate(&self) -> Option<(&'g Dentry, bool)> {
+        let (Some(w), Some(d)) = (&self.w, self.head) else {
+            return None;
+        };
+        Some((d, d.hint_matches(w.cur(), self.comp.hash)))
+    }
 }
 
 /// Ref-mode rests of a chunk's walks (index in the chunk, the walk),
@@ -308,7 +321,7 @@ impl Vfs {
                             if l.w.is_some() {
                                 l.head = table.head_rcu(g, l.bucket);
                                 if let Some(d) = l.head {
-                                    prefetch_lines(d, l.comp.dentry_lines());
+                                    prefetch_lines(d, l.one.dentry_lines());
                                 }
                             }
                         }
@@ -319,13 +332,13 @@ impl Vfs {
                     // the next on the chain.
                     1 => {
                         for l in set.iter_mut() {
-                            let (Some(w), Some(d)) = (&l.w, l.head) else {
+                            let Some((d, hit)) = l.candidate() else {
                                 continue;
                             };
-                            if d.hint_matches(w.cur(), l.comp.hash) {
+                            if hit {
                                 prefetch_target::<A>(g, d, l.comp);
                             } else if let Some(n) = d.hash_next_rcu(g) {
-                                prefetch_lines(n, l.comp.dentry_lines());
+                                prefetch_lines(n, l.one.dentry_lines());
                                 l.head = Some(n);
                                 l.chased = true;
                             }
@@ -340,10 +353,7 @@ impl Vfs {
                             if !std::mem::take(&mut l.chased) {
                                 continue;
                             }
-                            let (Some(w), Some(d)) = (&l.w, l.head) else {
-                                continue;
-                            };
-                            if d.hint_matches(w.cur(), l.comp.hash) {
+                            if let Some((d, true)) = l.candidate() {
                                 prefetch_target::<A>(g, d, l.comp);
                             }
                         }
@@ -446,7 +456,6 @@ impl<'v: 'g, 'g, 'c, 'p, A: Answer<'v>, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_,
             l.w = Some(w);
             l.comp = comp;
             l.head = None;
-            l.chased = false;
             l.k = k;
             return true;
         }
@@ -480,7 +489,6 @@ impl<'v: 'g, 'g, 'c, 'p, A: Answer<'v>, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_,
                 Some(comp) => {
                     l.comp = comp;
                     l.head = None;
-                    l.chased = false;
                     l.bucket = table.bucket_for(w.cur(), comp.hash);
                     prefetch(l.bucket);
                     return true;

@@ -390,18 +390,16 @@ fn a_name_behind_f() -> &'static str {
 }
 
 fn name_behind_f() -> &'static str {
-    {
-        let table = crate::table::Table::with_capacity(16);
-        let bucket = |n: &str| {
-            table.bucket_for(std::ptr::null(), crate::dentry::name_hash(n.as_bytes())) as *const _
-        };
-        let f = bucket("f");
-        let name = (0..10_000)
-            .map(|i| format!("t{i}"))
-            .find(|n| std::ptr::eq(bucket(n), f))
-            .expect("no name shares p/f's bucket");
-        Box::leak(format!("p/{name}").into_boxed_str())
-    }
+    let table = crate::table::Table::with_capacity(16);
+    let bucket = |n: &str| {
+        table.bucket_for(std::ptr::null(), crate::dentry::name_hash(n.as_bytes())) as *const _
+    };
+    let f = bucket("f");
+    let name = (0..10_000)
+        .map(|i| format!("t{i}"))
+        .find(|n| std::ptr::eq(bucket(n), f))
+        .expect("no name shares p/f's bucket");
+    Box::leak(format!("p/{name}").into_boxed_str())
 }
 
 /// A walk to a name being appended to a chain's tail, behind a cached

@@ -552,18 +552,6 @@ pub(super) struct Scanned {
     pub(super) first: u64,
     last: bool,
     must_dir: bool,
-    /// Longer than the part of a dentry's inline name on its first line
-    /// ([`NAME_ON_LINE0`]): matching it reads the dentry's second line too.
-    long: bool,
-}
-
-impl Scanned {
-    /// How many of a dentry's read lines matching this name touches (the
-    /// batched walk prefetches that many).
-    #[inline(always)]
-    pub(super) fn dentry_lines(self) -> usize {
-        1 + usize::from(self.long)
-    }
 }
 
 impl OnePiece<'_> {
@@ -602,8 +590,16 @@ impl OnePiece<'_> {
             first,
             last,
             must_dir: last && end < self.len,
-            long: end - start > NAME_ON_LINE0,
         })
+    }
+
+    /// How many of a dentry's read lines matching the last scanned name
+    /// touches: two when it is longer than the part of the inline name on
+    /// a dentry's first line ([`NAME_ON_LINE0`]). The batched walk
+    /// prefetches that many.
+    #[inline(always)]
+    pub(super) fn dentry_lines(&self) -> usize {
+        1 + usize::from(self.end - self.start > NAME_ON_LINE0)
     }
 
     /// Whether no component follows this one.
