@@ -425,6 +425,13 @@ impl<'v: 'g, 'g, 'c, 'p, A: Answer<'v>, P: AsRef<[u8]>> Feed<'v, 'g, 'c, 'p, '_,
         while let Some(path) = self.paths.get(self.next) {
             let k = self.next;
             self.next += 1;
+            // The path a lane takes about a round of starts from now: a
+            // caller's paths lie wherever it keeps them (a random sample
+            // of a large table, strings on the heap), and copying one in
+            // cold stalls every lane.
+            if let Some(p) = self.paths.get(k + LANES) {
+                prefetch(p.as_ref().as_ptr());
+            }
             let path = path.as_ref();
             if let Err(e) = check_path(path) {
                 self.out[k] = Err(e);
