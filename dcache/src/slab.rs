@@ -11,7 +11,9 @@
 //!
 //! Chunks double in size from `MIN_SLOTS` slots up to `MAX_CHUNK_BYTES`, so
 //! a small cache (a test's `Vfs` with a root and a few entries) costs a few
-//! KiB and a large one pays one allocation per ~2 MiB. Freed slots go on an
+//! KiB and a large one pays one allocation per ~2 MiB. A 2 MiB chunk is
+//! backed by a huge page (fewer TLB misses for a large cache's lookups):
+//! from its first touch once the slab is large, else once it is full. Freed slots go on an
 //! intrusive LIFO list (the link is written into the dead slot's first
 //! word) and are reused before a chunk is carved further. Memory returns to
 //! the system only when the slab is dropped; Linux also frees empty slab
@@ -332,6 +334,7 @@ mod tests {
         assert_eq!(DROPS.load(Ordering::Relaxed), 100);
         drop(s);
     }
+
     /// `AnonHugePages` (kB) of the mapping of this process that holds
     /// `addr`, from /proc/self/smaps.
     #[cfg(target_os = "linux")]
