@@ -13,9 +13,10 @@
 //! a small cache (a test's `Vfs` with a root and a few entries) costs a few
 //! KiB and a large one pays one allocation per ~2 MiB. A 2 MiB chunk is
 //! backed by a huge page (fewer TLB misses for a large cache's lookups):
-//! from its first touch once the slab is large, else once it is full. Freed slots go on an
-//! intrusive LIFO list (the link is written into the dead slot's first
-//! word) and are reused before a chunk is carved further. Memory returns to
+//! from its first touch once the slab is large, else once it is full.
+//! Freed slots go on an intrusive LIFO list (the link is written into the
+//! dead slot's first word) and are reused before a chunk is carved
+//! further. Memory returns to
 //! the system only when the slab is dropped; Linux also frees empty slab
 //! pages under pressure, which this does not do.
 //!
