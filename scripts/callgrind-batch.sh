@@ -2,7 +2,8 @@
 # Instructions and cache misses per path of `dcache bench stat-random`,
 # one `stat` after another (variant reffree) against the batched walk
 # (variant batch, `AsCred::stat_many`), under callgrind's cache simulation
-# with the last level set to the real L3 (valgrind misreads this VM's; see
+# with the last level set to the real L3, rounded down to a power of two
+# (valgrind misreads this VM's; see
 # docs/memory.md). Only the measured loop counts: --toggle-collect on the
 # lib case's worker (the tree's building and warming, and the teardown, are
 # not counted), and the counters are zeroed (callgrind_control -z) when the
@@ -44,6 +45,14 @@ if [ -z "${LL_SIZE:-}" ]; then
   LL_SIZE=$(lscpu -B 2> /dev/null | awk -F: '/^L3 cache/ { split($2, w, " "); print w[1]; exit }')
 fi
 [ -n "$LL_SIZE" ] || { echo "callgrind-batch: no L3 size (set LL_SIZE)" >&2; exit 2; }
+# Valgrind needs a power-of-two number of sets: an L3 like this VM's
+# 260 MiB is simulated as the power of two below it (256 MiB).
+p=1
+while [ $((p * 2)) -le "$LL_SIZE" ]; do p=$((p * 2)); done
+if [ "$p" != "$LL_SIZE" ]; then
+  echo "callgrind-batch: LL $LL_SIZE bytes simulated as $p (a power of two)"
+  LL_SIZE=$p
+fi
 BATCH=$(sed -n 's/^pub const BATCH: usize = \([0-9]*\);/\1/p' \
   "$HERE/../dcache-bench/src/workloads/stat_random.rs")
 [ -n "$BATCH" ] || { echo "callgrind-batch: BATCH not found in stat_random.rs" >&2; exit 2; }
