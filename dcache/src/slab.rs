@@ -110,9 +110,6 @@ struct Inner {
     /// every slot in it is carved (a full-size chunk made before the slab
     /// reached `HUGE_AFTER`).
     collapse: Option<(NonNull<u8>, usize)>,
-    /// A chunk whose every slot was just carved, handed from `take` to
-    /// `alloc` to collapse after the lock is released.
-    full: Option<(NonNull<u8>, usize)>,
 }
 
 // SAFETY: `Inner` holds raw pointers into chunks the slab owns; they are
@@ -150,7 +147,6 @@ impl<T> Slab<T> {
                 carved: 0,
                 live: 0,
                 collapse: None,
-                full: None,
             }),
             _owns: PhantomData,
         }
@@ -158,13 +154,10 @@ impl<T> Slab<T> {
 
     /// Move `value` into a slot; the pointer stays valid until `free`.
     pub fn alloc(&self, value: T) -> NonNull<T> {
-        let (slot, full) = {
-            let mut g = self.inner.lock_unpoisoned();
-            let slot = g.take::<T>();
-            (slot, g.full.take())
-        };
+        let (slot, full) = self.inner.lock_unpoisoned().take::<T>();
         if let Some((chunk, len)) = full {
-            // Outside the lock: a collapse copies 2 MiB. The chunk lives
+            // Outside the lock (the guard went with the statement above):
+            // a collapse copies 2 MiB. The chunk lives
             // until the slab is dropped, which needs `&mut self`.
             collapse_huge(chunk.as_ptr(), len);
         }
@@ -207,19 +200,22 @@ impl<T> Slab<T> {
 
 impl Inner {
     /// A slot for a `T`: the last one freed, else the next uncarved one,
-    /// else the first of a new chunk.
-    fn take<T>(&mut self) -> NonNull<T> {
+    /// else the first of a new chunk; and, when the chunk before that one
+    /// was just carved to its end, its range to collapse into huge pages
+    /// (`Inner::collapse`), for the caller to do once the lock is released.
+    fn take<T>(&mut self) -> (NonNull<T>, Option<(NonNull<u8>, usize)>) {
         let size = std::mem::size_of::<T>();
         self.live += 1;
         if let Some(slot) = NonNull::new(self.free) {
             // SAFETY: a free slot holds the link written by `free`.
             self.free = unsafe { slot.as_ptr().cast::<*mut u8>().read() };
-            return slot.cast();
+            return (slot.cast(), None);
         }
+        let mut full = None;
         if self.next == self.end {
             // The newest chunk is carved to its end: every page of it is
             // touched, so huge pages now cost no memory.
-            self.full = self.collapse.take();
+            full = self.collapse.take();
             let slots = self
                 .carved
                 .clamp(MIN_SLOTS, MAX_CHUNK_BYTES.div_ceil(size).max(MIN_SLOTS));
@@ -264,7 +260,7 @@ impl Inner {
         // so the slot lies inside the chunk and its end is at most `end`.
         self.next = unsafe { slot.add(size) };
         // SAFETY: inside a live allocation, so not null.
-        unsafe { NonNull::new_unchecked(slot.cast()) }
+        (unsafe { NonNull::new_unchecked(slot.cast()) }, full)
     }
 }
 
