@@ -38,3 +38,41 @@ impl<T> DerefMut for CacheAligned<T> {
         &mut self.0
     }
 }
+
+/// The unit an x86-64 core's spatial prefetcher fetches: a line and its
+/// buddy (the other half of the aligned 128 bytes).
+pub const LINE_PAIR: usize = 2 * CACHE_LINE;
+
+/// `T` aligned (and padded) to a [`LINE_PAIR`]: for what one thread writes
+/// and another thread's data must never sit beside. A 64-byte-aligned
+/// value can share its 128 bytes with a neighbour's line; the prefetcher
+/// then pulls that line to the writer's core each time it misses its own
+/// (crossbeam's `CachePadded` pads to 128 bytes on x86-64 for this reason).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(128))]
+pub struct PairAligned<T>(pub T);
+
+const _: () = assert!(std::mem::align_of::<PairAligned<u8>>() == LINE_PAIR);
+const _: () = assert!(std::mem::size_of::<PairAligned<[u8; 129]>>() == 2 * LINE_PAIR);
+
+impl<T> PairAligned<T> {
+    /// Wrap `v`.
+    pub const fn new(v: T) -> Self {
+        Self(v)
+    }
+}
+
+impl<T> Deref for PairAligned<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for PairAligned<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}

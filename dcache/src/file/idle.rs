@@ -172,6 +172,11 @@ mod tests {
         assert!(r.is_ok() && idle.is_none(), "not the last reference");
         assert_eq!(counts(), 0);
         let p = f.clone().into_raw();
+        assert_eq!(
+            p as usize % crate::cache_aligned::LINE_PAIR,
+            0,
+            "a file starts on a line pair of its own"
+        );
         // SAFETY: from `into_raw` just above, taken back once.
         drop(unsafe { FileRef::<Arc<u32>, L>::from_raw(p) });
         let (r, idle) = f.put_idle();

@@ -23,6 +23,7 @@ use std::mem::{align_of, size_of, ManuallyDrop};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use crate::cache_aligned::LINE_PAIR;
 use crate::errno::{Errno, Result};
 use crate::fs::{FileSystem, Ino};
 use crate::sync::{fence, LockExt, Ordering};
@@ -389,17 +390,30 @@ impl<T: Send + Sync, L: Layout> Drop for FileRef<T, L> {
 // consolidating chunks (measured: about 550 instructions per open and close,
 // a sixth of a whole `open` + `close` through the Vfs), while the padded
 // size comes from the per-thread cache. The block's start is kept in the
-// word before the file.
+// word before the file. The file starts on a line pair and the block covers
+// every pair the file touches: a file is written by the thread that opened
+// it on every open and close, and a neighbour's data sharing its 128 bytes
+// would lose its lines to those writes (see `cache_aligned::PairAligned`).
 
-/// The block a file of type `R` is allocated in: the file plus one
-/// alignment's worth of slack, word-aligned.
+/// Where a file of type `R` starts in its block: a multiple of this.
+const fn file_align<R>() -> usize {
+    let a = align_of::<R>();
+    if a > LINE_PAIR {
+        a
+    } else {
+        LINE_PAIR
+    }
+}
+
+/// The block a file of type `R` is allocated in: the file's pairs plus
+/// one alignment's worth of slack, word-aligned.
 fn file_block<R>() -> std::alloc::Layout {
     const { assert!(align_of::<R>() >= 2 * size_of::<usize>()) };
-    let size = size_of::<R>() + align_of::<R>();
+    let size = size_of::<R>().next_multiple_of(file_align::<R>()) + file_align::<R>();
     std::alloc::Layout::from_size_align(size, align_of::<usize>()).expect("file size overflows")
 }
 
-/// Move `file` to a new block, `align_of::<R>()`-aligned.
+/// Move `file` to a new block, [`file_align`]-aligned.
 fn alloc_file<R>(file: R) -> NonNull<R> {
     let p = alloc_block::<R>();
     // SAFETY: a fresh block, sized and aligned for `R`, holding nothing.
@@ -407,7 +421,7 @@ fn alloc_file<R>(file: R) -> NonNull<R> {
     p
 }
 
-/// A new block for an `R`, `align_of::<R>()`-aligned, holding nothing yet.
+/// A new block for an `R`, [`file_align`]-aligned, holding nothing yet.
 fn alloc_block<R>() -> NonNull<R> {
     let block = file_block::<R>();
     // SAFETY: the size is non-zero (it includes the alignment).
@@ -416,14 +430,16 @@ fn alloc_block<R>() -> NonNull<R> {
         std::alloc::handle_alloc_error(block);
     }
     // The first aligned address with a word free before it: at most
-    // `align` bytes past `base`, so the file ends within the block.
-    let off = base.align_offset(align_of::<R>());
+    // `align` bytes past `base`, so the file (and the rest of its last
+    // pair) ends within the block.
+    let align = file_align::<R>();
+    let off = base.align_offset(align);
     let off = if off < size_of::<usize>() {
-        off + align_of::<R>()
+        off + align
     } else {
         off
     };
-    debug_assert!(off <= align_of::<R>() && off >= size_of::<usize>());
+    debug_assert!(off <= align && off >= size_of::<usize>());
     // SAFETY: `off + size_of::<R>()` is within the block (above), so the
     // write is in bounds; the word before `p` (a multiple of the word size
     // below an `R`-aligned address) is aligned for a pointer.

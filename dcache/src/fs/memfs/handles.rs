@@ -23,7 +23,8 @@
 
 use std::collections::HashMap;
 
-use crate::cache_aligned::CacheAligned;
+use super::shard_tables::{Pin, Pins, Slots};
+use crate::cache_aligned::{CacheAligned, PairAligned};
 use crate::errno::{Errno, Result};
 use crate::fs::{FileType, Ino};
 use crate::sync::{AtomicUsize, LockExt, Mutex, Ordering};
@@ -84,50 +85,24 @@ const _: () = assert!(SHARD_BITS + SLOT_BITS == 32);
 const _: () = assert!(MAX_SHARDS == 256); // crate::shard's most
 
 #[derive(Debug)]
-struct Slot {
-    /// Bumped when the slot is freed: a stale handle number is EBADF.
-    gen: u32,
-    handle: Option<Handle>,
-}
-
-#[derive(Debug)]
-struct Pin {
-    /// The shard's open handles on the inode.
-    opens: u32,
-    kind: FileType,
-}
-
-/// Hashes an inode number with one multiply (Fibonacci hashing): the
-/// pins are looked up on every open and release, and SipHash's DoS
-/// resistance buys nothing for numbers memfs hands out itself.
-#[derive(Default)]
-struct InoHasher(u64);
-
-impl std::hash::Hasher for InoHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type PinMap = HashMap<Ino, Pin, std::hash::BuildHasherDefault<InoHasher>>;
-
-#[derive(Debug, Default)]
 struct Shard {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    pins: PinMap,
+    slots: Slots<Handle>,
+    pins: Pins,
     /// Pins with no open handle.
     idle: usize,
     /// Open handles.
     open: usize,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            slots: Slots::new(),
+            pins: Pins::new(),
+            idle: 0,
+            open: 0,
+        }
+    }
 }
 
 impl Shard {
@@ -139,40 +114,30 @@ impl Shard {
 
     /// As `open`, `Ok(None)` when the shard does not pin `ino`.
     fn open_if_pinned(&mut self, ino: Ino, flags: i32) -> Result<Option<(u32, u32)>> {
-        let Some(pin) = self.pins.get_mut(&ino) else {
+        let Some(pin) = self.pins.get_mut(ino) else {
             return Ok(None);
         };
         let handle = handle_for(ino, pin.kind, flags)?;
         if pin.opens == u32::MAX {
             return Err(Errno::EMFILE);
         }
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None if self.slots.len() < 1 << SLOT_BITS => {
-                self.slots.push(Slot {
-                    gen: 1,
-                    handle: None,
-                });
-                (self.slots.len() - 1) as u32
-            }
-            None => return Err(Errno::EMFILE),
+        let Some((slot, gen)) = self.slots.take(1 << SLOT_BITS, handle) else {
+            return Err(Errno::EMFILE);
         };
         if pin.opens == 0 {
             self.idle -= 1;
         }
         pin.opens += 1;
         self.open += 1;
-        let s = &mut self.slots[slot as usize];
-        s.handle = Some(handle);
-        Ok(Some((slot, s.gen)))
+        Ok(Some((slot, gen)))
     }
 
     fn get(&self, ino: Ino, slot: usize, gen: u32) -> Result<Handle> {
         match self.slots.get(slot) {
-            Some(Slot {
-                gen: g,
-                handle: Some(h),
-            }) if *g == gen && h.ino == ino => Ok(*h),
+            Some(s) if s.gen == gen => match s.handle {
+                Some(h) if h.ino == ino => Ok(h),
+                _ => Err(Errno::EBADF),
+            },
             _ => Err(Errno::EBADF),
         }
     }
@@ -180,7 +145,7 @@ impl Shard {
 
 /// The handle table: see the module docs.
 pub(crate) struct Handles {
-    shards: Box<[CacheAligned<Mutex<Shard>>]>,
+    shards: Box<[PairAligned<Mutex<Shard>>]>,
     /// Inodes with no name but open handles (the tree keeps which).
     orphans: CacheAligned<AtomicUsize>,
 }
@@ -215,7 +180,7 @@ impl Handles {
         let n = n.clamp(1, MAX_SHARDS).next_power_of_two();
         Handles {
             shards: (0..n)
-                .map(|_| CacheAligned::new(Mutex::new(Shard::default())))
+                .map(|_| PairAligned::new(Mutex::new(Shard::default())))
                 .collect(),
             orphans: CacheAligned::new(AtomicUsize::new(0)),
         }
@@ -242,8 +207,7 @@ impl Handles {
         handle_for(ino, kind, flags)?;
         let mut s = self.shards[shard].lock_unpoisoned();
         let s = &mut *s;
-        if let std::collections::hash_map::Entry::Vacant(e) = s.pins.entry(ino) {
-            e.insert(Pin { opens: 0, kind });
+        if s.pins.insert_new(ino, Pin::new(0, kind)) {
             s.idle += 1;
         }
         let (slot, gen) = s.open(ino, flags)?;
@@ -273,19 +237,16 @@ impl Handles {
         let last = {
             let mut s = s.lock_unpoisoned();
             s.get(ino, slot, gen)?;
-            let sl = &mut s.slots[slot];
-            sl.handle = None;
-            sl.gen = sl.gen.wrapping_add(1).max(1);
-            s.free.push(slot as u32);
+            s.slots.free(slot);
             s.open -= 1;
-            let pin = s.pins.get_mut(&ino).ok_or(Errno::EIO)?;
+            let pin = s.pins.get_mut(ino).ok_or(Errno::EIO)?;
             pin.opens -= 1;
             let last = pin.opens == 0;
             if last {
                 s.idle += 1;
                 if s.idle > IDLE_MAX {
                     // Idle pins hold nothing: drop them all.
-                    s.pins.retain(|_, p| p.opens > 0);
+                    s.pins.retain(|p| p.opens > 0);
                     s.idle = 0;
                 }
             }
@@ -302,10 +263,10 @@ impl Handles {
     pub fn busy_or_forget(&self, ino: Ino) -> bool {
         for s in self.shards.iter() {
             let mut s = s.lock_unpoisoned();
-            match s.pins.get(&ino) {
+            match s.pins.get(ino) {
                 Some(p) if p.opens > 0 => return true,
                 Some(_) => {
-                    s.pins.remove(&ino);
+                    s.pins.remove(ino);
                     s.idle -= 1;
                 }
                 None => {}
@@ -345,22 +306,25 @@ impl Handles {
         for (i, s) in self.shards.iter().enumerate() {
             let s = s.lock_unpoisoned();
             let mut here: HashMap<Ino, u32> = HashMap::new();
-            for h in s.slots.iter().filter_map(|sl| sl.handle) {
+            for h in s.slots.handles() {
                 *here.entry(h.ino).or_default() += 1;
             }
             let mut idle = 0;
-            for (ino, p) in &s.pins {
-                let n = here.get(ino).copied().unwrap_or(0);
+            for (ino, p) in s.pins.iter() {
+                let n = here.get(&ino).copied().unwrap_or(0);
                 if p.opens != n {
                     return Err(format!("shard {i}: ino {ino} pinned {} but {n}", p.opens));
                 }
                 idle += usize::from(n == 0);
             }
+            if s.pins.iter().count() != s.pins.len() {
+                return Err(format!("shard {i}: pin count off"));
+            }
             if idle != s.idle || here.values().sum::<u32>() as usize != s.open {
                 return Err(format!("shard {i}: idle or open count off"));
             }
             for (ino, n) in here {
-                if !s.pins.contains_key(&ino) {
+                if !s.pins.contains_key(ino) {
                     return Err(format!("shard {i}: ino {ino} has handles but no pin"));
                 }
                 *all.entry(ino).or_default() += n;

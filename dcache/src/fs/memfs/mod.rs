@@ -46,6 +46,7 @@ mod fileops;
 mod handles;
 mod inode;
 mod rename;
+mod shard_tables;
 mod tree;
 mod xattr;
 
