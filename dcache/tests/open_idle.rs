@@ -117,3 +117,40 @@ fn an_unlinked_file_goes_with_its_last_handle_on_another_thread() {
     assert_eq!(fs.open_handles(), 0);
     fs.check().unwrap();
 }
+
+/// A thread keeps at most eight idle files, the oldest going first: after
+/// ten files opened and closed in turn, the first two names hold no idle
+/// reference and the last eight do; reopening the newest takes its idle
+/// file, and every count is balanced at the end.
+#[test]
+fn a_thread_keeps_its_eight_newest_idle_files() {
+    let fs = Arc::new(MemFs::new());
+    for i in 0..10 {
+        fs.write_file(&format!("f{i}"), b"").unwrap();
+    }
+    let vfs = Vfs::new(fs.clone()).unwrap();
+    let c = vfs.counters();
+    let v = vfs.as_root();
+    for i in 0..10 {
+        v.open(At::Root, format!("f{i}"), libc::O_RDONLY, 0)
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    let counts: Vec<i32> = (0..10)
+        .map(|i| v.lookup(At::Root, format!("f{i}"), true).unwrap().count())
+        .collect();
+    assert_eq!(
+        counts,
+        [1, 1, 2, 2, 2, 2, 2, 2, 2, 2],
+        "lookup's own + idle"
+    );
+    let f = v.open(At::Root, "f9", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(f.dentry().count(), 1, "the idle file's reference");
+    f.close().unwrap();
+    assert_eq!(fs.open_handles(), 0);
+    fs.check().unwrap();
+    drop(vfs);
+    assert_eq!(c.dentries(), 0);
+    assert_eq!(c.allocated(), 0);
+}
