@@ -4,7 +4,8 @@
 //! Linux keeps a descriptor table per task and `struct file`s in per-CPU
 //! caches): an open or a release locks only the calling thread's shard
 //! (or, for a release, the shard the handle was opened in), a mutex on a
-//! line no other thread writes while it has a shard of its own.
+//! line pair no other thread writes while it has a shard of its own; the
+//! shard's tables are on line pairs of their own too (`shard_tables.rs`).
 //!
 //! A shard also keeps a *pin* per inode it has opened: the inode's type
 //! and how many of the shard's handles are open on it. A pin at zero opens

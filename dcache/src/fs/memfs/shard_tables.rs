@@ -4,15 +4,15 @@
 //! A shard's tables are written by the thread that owns the shard on
 //! every open and release, but they are allocated by whichever thread used
 //! the shard first, from that thread's malloc arena, next to whatever else
-//! it allocated there. With a `Vec` and a `HashMap` (as before) a shard's
-//! 24-byte free list could sit on the line of a structure another thread
-//! reads on every operation: measured in `open-same` at 2 threads, half
-//! the runs were 1.3x one thread instead of 1.9x, the other worker's load
-//! of its own bench state missing on each open (`perf annotate`: 69% of
-//! the loop's samples on that load) and the owner's mutex release waiting
-//! for the line (docs/BENCHMARKS.md, "Handle tables on lines of their
-//! own"). A block aligned to a line pair (the unit the spatial prefetcher
-//! fetches) leaves no room for a neighbour.
+//! it allocated there. Kept in a `Vec` and a `HashMap` (as they were), a
+//! shard's small buffers could share a line with data another thread
+//! reads on every operation. In `open-same` at 2 threads about half the
+//! runs were then 1.3x one thread instead of 1.9x: the other worker's load
+//! of its own bench state missed on each open (`perf annotate`: 69% of its
+//! loop's samples on that load) and the owner's mutex release waited for
+//! its stores (docs/BENCHMARKS.md, "Opens on line pairs of their own"). A
+//! block aligned to a line pair (the unit the spatial prefetcher fetches)
+//! leaves no room for a neighbour.
 
 use crate::cache_aligned::{PairAligned, LINE_PAIR};
 use crate::fs::{FileType, Ino};
