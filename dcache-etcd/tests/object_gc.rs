@@ -145,7 +145,12 @@ fn killed_writer(kind: Store, t: &str) {
         size >= synced && size <= 1 << 30,
         "size {size}, synced {synced}"
     );
-    assert_eq!(size % (4 * MIB), 0, "a flush commits whole 4 MiB blocks");
+    // A commit holds whole writes (1 MiB each), usually whole 4 MiB
+    // blocks; but a flush whose commit timed out (etcd frozen a little
+    // longer than the writer's timeout, under load) keeps its bytes, and
+    // the next flush commits them with the write that followed (seen in
+    // CI: size = 1 MiB past a block).
+    assert_eq!(size % MIB, 0, "a flush commits whole writes");
     read_back(&v, size);
 
     // Past the writer's timeout and lease: nothing it uploaded can be
