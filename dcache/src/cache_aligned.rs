@@ -1,9 +1,37 @@
-//! `CacheAligned<T>`: a value alone on its own 64-byte cache line.
+//! `CacheAligned<T>`: a value alone on its own 64-byte cache line;
+//! `PairAligned<T>`: alone on its 128-byte line pair.
 //!
 //! Used for write-hot words (a shared `LockRef`, per-thread bench counters) so
 //! that their writes never invalidate a line that other CPUs only read.
 
 use std::ops::{Deref, DerefMut};
+
+/// `new` and transparent access for an aligned wrapper `$name<T>(pub T)`.
+macro_rules! wrapper {
+    ($name:ident) => {
+        impl<T> $name<T> {
+            /// Wrap `v`.
+            pub const fn new(v: T) -> Self {
+                Self(v)
+            }
+        }
+
+        impl<T> Deref for $name<T> {
+            type Target = T;
+            #[inline(always)]
+            fn deref(&self) -> &T {
+                &self.0
+            }
+        }
+
+        impl<T> DerefMut for $name<T> {
+            #[inline(always)]
+            fn deref_mut(&mut self) -> &mut T {
+                &mut self.0
+            }
+        }
+    };
+}
 
 /// The cache-line size every layout rule in dcache is written against (x86-64,
 /// and most arm64 parts; Apple M-series use 128 but are not a target here).
@@ -17,27 +45,7 @@ pub struct CacheAligned<T>(pub T);
 const _: () = assert!(std::mem::align_of::<CacheAligned<u8>>() == CACHE_LINE);
 const _: () = assert!(std::mem::size_of::<CacheAligned<u64>>() == CACHE_LINE);
 
-impl<T> CacheAligned<T> {
-    /// Wrap `v`.
-    pub const fn new(v: T) -> Self {
-        Self(v)
-    }
-}
-
-impl<T> Deref for CacheAligned<T> {
-    type Target = T;
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> DerefMut for CacheAligned<T> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
+wrapper!(CacheAligned);
 
 /// The unit an x86-64 core's spatial prefetcher fetches: a line and its
 /// buddy (the other half of the aligned 128 bytes).
@@ -55,24 +63,4 @@ pub struct PairAligned<T>(pub T);
 const _: () = assert!(std::mem::align_of::<PairAligned<u8>>() == LINE_PAIR);
 const _: () = assert!(std::mem::size_of::<PairAligned<[u8; 129]>>() == 2 * LINE_PAIR);
 
-impl<T> PairAligned<T> {
-    /// Wrap `v`.
-    pub const fn new(v: T) -> Self {
-        Self(v)
-    }
-}
-
-impl<T> Deref for PairAligned<T> {
-    type Target = T;
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> DerefMut for PairAligned<T> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
+wrapper!(PairAligned);

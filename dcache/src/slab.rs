@@ -259,8 +259,10 @@ impl Inner {
         // SAFETY: `next < end` and the chunk's size is a multiple of `size`,
         // so the slot lies inside the chunk and its end is at most `end`.
         self.next = unsafe { slot.add(size) };
-        // SAFETY: inside a live allocation, so not null.
-        (unsafe { NonNull::new_unchecked(slot.cast()) }, full)
+        // SAFETY: `slot` lies inside the live chunk (above), so it is not
+        // null.
+        let slot = unsafe { NonNull::new_unchecked(slot.cast()) };
+        (slot, full)
     }
 }
 
