@@ -25,7 +25,7 @@ const ETCD_PROBE: Duration = Duration::from_secs(1);
 /// [`dcache_etcd::Options`] (`-o help` lists them after the frontend's).
 pub const ETCD_HELP: &str = "\
 etcd_timeout=S          etcd: seconds an operation waits for a quorum before EIO (default 5)
-etcd_unreachable=S      etcd: EIO at once after no member answered for S seconds (default 0.5)
+etcd_unreachable=S      etcd: EIO at once after no member answered a 2 s probe for S seconds (default 1)
 etcd_staleness=S        etcd: seconds a cached answer may lag other hosts' changes (default 1)
 etcd_lease_ttl=S        etcd: seconds this host's session outlives it (default 10; at least 2)
 etcd_gc_grace=S         etcd with an object store: seconds removed data is kept for readers (default 60; at least 1)
@@ -200,6 +200,17 @@ pub fn parse_backend(s: &str, etcd: dcache_etcd::Options) -> Result<Backend, Str
     Ok(Backend::Custom(custom))
 }
 
+/// The daemon's log lines (each failure of the volume's own, with its
+/// cause: `dcache_etcd::log`) go to stderr: the terminal with `-f`, the
+/// `--log` file once the daemon is detached (stderr is pointed there),
+/// nowhere without either.
+fn log_to_stderr() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Run `dcache mount`; returns the exit status (2: bad usage, 1: failed).
 pub fn main(args: MountArgs) -> i32 {
     if MountOptions::asks_for_help(&args.options) {
@@ -224,6 +235,7 @@ pub fn main(args: MountArgs) -> i32 {
             return 2;
         }
     }
+    log_to_stderr();
     match serve(&req) {
         Ok(_) => 0,
         Err(m) => {

@@ -430,7 +430,8 @@ fn object_store_mount(s3: bool, t: &str) {
 
 /// A stopped (SIGSTOP) etcd: an uncached lookup through the mount fails
 /// with EIO soon after the member stops answering its health probes
-/// (`etcd_unreachable`, 0.5 s by default), not after the 30 s
+/// (each probe waits 2 s, then `etcd_unreachable`, 1 s by default),
+/// not after the 30 s
 /// `etcd_timeout` given here; with `etcd_unreachable` past the timeout the
 /// timeout is what bounds it. Both mounts work again once etcd resumes.
 #[test]
@@ -460,8 +461,10 @@ fn a_silent_cluster_fails_calls_fast() {
         "the other mount sees the file"
     );
     signal("-STOP");
-    // Past the staleness bound (1 s) every lookup must ask etcd.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Past the staleness bound (1 s) every lookup must ask etcd; and past
+    // the probes' 2 s (a round starts within 250 ms), the member counts
+    // as silent: 1 s of `etcd_unreachable` later, calls fail at once.
+    std::thread::sleep(Duration::from_millis(2500));
     let eio = |m: &Path, name: &str| {
         let t = Instant::now();
         let e = std::fs::metadata(m.join(name)).unwrap_err();
@@ -471,7 +474,7 @@ fn a_silent_cluster_fails_calls_fast() {
     let fast_took = eio(&fast.mnt, "nothing");
     let slow_took = eio(&slow.mnt, "nothing");
     signal("-CONT");
-    println!("silent etcd: EIO after {fast_took:.2?} (unreachable 0.5 s) and {slow_took:.2?} (timeout 2 s)");
+    println!("silent etcd: EIO after {fast_took:.2?} (unreachable 1 s) and {slow_took:.2?} (timeout 2 s)");
     assert!(fast_took < Duration::from_secs(3), "{fast_took:?}");
     assert!(
         slow_took >= Duration::from_millis(1500) && slow_took < Duration::from_secs(6),

@@ -387,6 +387,12 @@ impl Cache {
         r.filter(|_| self.fresh())
     }
 
+    /// The revision of the last record of `ino` this client mirrored,
+    /// current or not (what a write buffered now was written against).
+    pub fn known_rev(&self, ino: Ino) -> Option<i64> {
+        self.recs.pin().get(&ino).map(|c| c.mod_rev)
+    }
+
     /// The extended attributes of `ino`, if mirrored and current (shared:
     /// nothing is copied).
     pub fn xattrs(&self, ino: Ino) -> Option<Arc<Xattrs>> {

@@ -44,6 +44,7 @@ mod error;
 mod fs;
 pub mod gc;
 pub mod locks;
+pub mod log;
 mod own;
 pub mod progress;
 pub mod session;
@@ -55,7 +56,7 @@ pub mod volume;
 pub mod xattr;
 
 pub use cache::CacheStats;
-pub use error::Error;
+pub use error::{Cause, Error};
 pub use fs::{EtcdFs, DEFAULT_QUOTA};
 pub use gc::destroy;
 pub use gc::{gc, GcOptions, GcReport};

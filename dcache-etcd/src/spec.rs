@@ -22,10 +22,11 @@ pub struct Options {
     pub timeout: Duration,
     /// Fail fast when the cluster is gone: once no member has answered
     /// the client's health probes (a status request to each every 250 ms,
-    /// 400 ms limit) for this long, operations return EIO at once instead
-    /// of waiting out `timeout`. Members that answer but have no quorum
-    /// (a leader election, a minority partition) are still waited for,
-    /// up to `timeout`. `None`: always wait out `timeout`.
+    /// 2 s limit, so a slow member still answers) for this long,
+    /// operations return EIO at once instead of waiting out `timeout`.
+    /// Members that answer but have no quorum (a leader election, a
+    /// minority partition) or answer slowly are still waited for, up to
+    /// `timeout`. `None`: always wait out `timeout`.
     pub unreachable_after: Option<Duration>,
     /// How often the client checks that its watch is current (a
     /// linearizable read and a progress request on the watch, see the
@@ -63,7 +64,7 @@ impl Default for Options {
         Options {
             staleness: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
-            unreachable_after: Some(Duration::from_millis(500)),
+            unreachable_after: Some(Duration::from_secs(1)),
             progress_interval: None,
             lease_ttl: Duration::from_secs(10),
             gc_grace: Duration::from_secs(60),

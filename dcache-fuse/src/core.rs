@@ -591,7 +591,6 @@ impl FuseCore {
             .as_root()
             .lookup_many(At::Dir(dir.dentry()), &names, false, &mut found)?;
         let mut found = found.into_iter();
-        let mut added = false;
         for e in &batch {
             let full = match e.name.as_slice() {
                 b"." => {
@@ -604,29 +603,35 @@ impl FuseCore {
                     add(a.ino, e.offset, &e.name, &a)
                 }
                 name => {
-                    let d = match found.next().unwrap_or(Err(Errno::EIO)) {
-                        Ok(d) => d,
+                    let looked = match found.next().unwrap_or(Err(Errno::EIO)) {
                         // Removed since the listing: leave it out.
                         Err(Errno::ENOENT) => continue,
-                        Err(err) if !added => return Err(err),
-                        Err(_) => break,
+                        Ok(d) if d.is_negative() => continue,
+                        Ok(d) => self.vfs.getattr_dentry(&d).map(|a| (d, a)),
+                        Err(e) => Err(e),
                     };
-                    if d.is_negative() {
-                        continue;
-                    }
-                    let a = self.shown(self.vfs.getattr_dentry(&d)?);
-                    if add(a.ino, e.offset, name, &a) {
-                        true
-                    } else {
-                        self.nodes.hand_out(d)?;
-                        false
+                    match looked {
+                        Ok((d, a)) => {
+                            let a = self.shown(a);
+                            if add(a.ino, e.offset, name, &a) {
+                                true
+                            } else {
+                                self.nodes.hand_out(d)?;
+                                false
+                            }
+                        }
+                        // The name's own error (a damaged record, a
+                        // backend failure for that inode) is that name's:
+                        // it is listed without attributes (node 0: the
+                        // kernel does not look it up from here), and the
+                        // rest of the directory lists.
+                        Err(_) => add(0, e.offset, name, &Attr::new(e.ino, e.kind, 0)),
                     }
                 }
             };
             if full {
                 break;
             }
-            added = true;
         }
         Ok(())
     }

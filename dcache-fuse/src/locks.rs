@@ -90,12 +90,21 @@ impl Waiter {
     }
 }
 
+/// A lock taken, to be answered once the kernel dropped its cache.
+struct Granted {
+    node: u64,
+    ino: Ino,
+    owner: LockOwner,
+    lock: FileLock,
+    reply: Later,
+}
+
 enum Msg {
     /// Try request `unique` again.
     Retry(u64),
-    /// A lock on node `.0` was taken: drop the kernel's cached pages and
-    /// attributes of the node, then answer.
-    Granted(u64, Later),
+    /// A lock was taken: drop the kernel's cached pages and attributes
+    /// of the node, then answer.
+    Granted(Granted),
     /// The session ends.
     Stop,
 }
@@ -111,8 +120,10 @@ struct Shared {
     coherent: bool,
 }
 
-/// How long a grant waits for the kernel's invalidations at most.
-const INVAL_WAIT: Duration = Duration::from_secs(5);
+/// How long a grant waits for the kernel's invalidations at most; past
+/// it the lock is given back and the request fails (EIO, logged): a lock
+/// is never granted on a view the kernel may still serve stale.
+const INVAL_WAIT: Duration = Duration::from_secs(30);
 
 impl Shared {
     /// Lock-to-read coherence (as NFS gives): before a lock taken on a
@@ -123,15 +134,45 @@ impl Shared {
     /// been sent. The invalidator thread sends them, never a request
     /// handler (dropping pages may wait on a page a READ holds); this
     /// waits for it to pass a barrier queued after them.
-    fn invalidate(&self, node: u64) {
-        let Some(tx) = self.inval.get() else { return };
+    /// Whether the kernel's cache was dropped within [`INVAL_WAIT`] (no
+    /// invalidator: nothing to drop).
+    fn invalidate(&self, node: u64) -> bool {
+        let Some(tx) = self.inval.get() else {
+            return true;
+        };
         let (btx, brx) = channel();
         {
             let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
             let _ = tx.send(KernelInval::Inode { node });
             let _ = tx.send(KernelInval::Barrier(InvalBarrier(btx)));
         }
-        let _ = brx.recv_timeout(INVAL_WAIT);
+        // A barrier dropped unanswered (the invalidator is gone with its
+        // connection) leaves nothing cached to serve.
+        !matches!(
+            brx.recv_timeout(INVAL_WAIT),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+
+    /// A lock just taken for `owner` on `ino` (node `node`), answered once
+    /// the kernel's cache of the file is dropped; if that does not happen
+    /// in time, the lock is given back and the answer is EIO.
+    fn grant(&self, node: u64, ino: Ino, owner: &LockOwner, lock: &FileLock) -> Result<()> {
+        if self.invalidate(node) {
+            return Ok(());
+        }
+        let undo = FileLock {
+            kind: None,
+            ..*lock
+        };
+        let _ = self.backend.setlk(ino, owner, &undo);
+        tracing::warn!(
+            target: "dcache_fuse",
+            cause = "stale",
+            "a lock on inode {ino} was refused (EIO): the kernel's cache of the file \
+             was not dropped within {INVAL_WAIT:?}"
+        );
+        Err(Errno::EIO)
     }
 }
 
@@ -202,7 +243,13 @@ impl LockWaits {
         let first = self.shared.backend.setlk(ino, &owner, &lock);
         if first.is_ok() && lock.kind.is_some() && self.shared.coherent {
             if let Some(later) = out.defer() {
-                let _ = self.sender().send(Msg::Granted(node, later));
+                let _ = self.sender().send(Msg::Granted(Granted {
+                    node,
+                    ino,
+                    owner,
+                    lock,
+                    reply: later,
+                }));
                 return;
             }
         }
@@ -285,9 +332,9 @@ fn lock_loop(shared: &Shared, me: &Sender<Msg>, rx: &Receiver<Msg>) {
     loop {
         let unique = match rx.recv() {
             Ok(Msg::Retry(u)) => u,
-            Ok(Msg::Granted(node, later)) => {
-                shared.invalidate(node);
-                later.send(|_| ());
+            Ok(Msg::Granted(g)) => {
+                let r = shared.grant(g.node, g.ino, &g.owner, &g.lock);
+                g.reply.send(|o| reply(o, r));
                 continue;
             }
             Ok(Msg::Stop) | Err(_) => return,
@@ -312,9 +359,10 @@ fn lock_loop(shared: &Shared, me: &Sender<Msg>, rx: &Receiver<Msg>) {
                 }
             }
             r => {
-                if r.is_ok() && shared.coherent {
-                    shared.invalidate(w.node);
-                }
+                let r = match r {
+                    Ok(()) if shared.coherent => shared.grant(w.node, w.ino, &w.owner, &w.lock),
+                    r => r,
+                };
                 w.reply.send(|o| reply(o, r));
             }
         }

@@ -646,3 +646,34 @@ fn a_directory_replaced_with_names_cached_under_it_is_freed_at_drop() {
     drop(vfs);
     assert_eq!((c.dentries(), c.inodes(), c.allocated()), (0, 0, 0));
 }
+
+/// `open(O_CREAT)` without `O_EXCL` of a name another host made after
+/// this Vfs cached it as missing (the backend's create says EEXIST) opens
+/// the file the other host made, as openat(2) on one host does; with
+/// `O_EXCL` it is EEXIST. (MemFs stands in for a shared backend: its
+/// `write_file` is the other host, unseen by the Vfs's negative entry.)
+#[test]
+fn a_create_without_o_excl_opens_a_name_another_host_made() {
+    let fs = Arc::new(MemFs::new());
+    fs.mkdir_p("d", 0o755).unwrap();
+    let vfs = Vfs::new(fs.clone()).unwrap();
+    let c = vfs.counters();
+    for (name, excl) in [("d/n", false), ("d/x", true)] {
+        assert_eq!(err(vfs.as_root().stat(At::Root, name)), Errno::ENOENT);
+        fs.write_file(name, b"theirs").unwrap();
+        let flags = libc::O_CREAT | libc::O_RDWR | if excl { libc::O_EXCL } else { 0 };
+        let r = vfs.as_root().open(At::Root, name, flags, 0o644);
+        if excl {
+            assert_eq!(err(r), Errno::EEXIST);
+            continue;
+        }
+        let f = r.expect("opens the file the other host made");
+        let mut buf = [0u8; 16];
+        let n = f.read(0, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"theirs");
+        drop(f);
+        assert_eq!(vfs.as_root().stat(At::Root, name).unwrap().size, 6);
+    }
+    drop(vfs);
+    assert_eq!(c.dentries(), 0, "the stale negative entries were freed");
+}

@@ -262,12 +262,24 @@ impl Inner {
         // Relaxed: a hint read by requests deciding whether to give up
         // early; no other memory is published through it.
         if any {
-            self.silent_since.store(0, Ordering::Relaxed);
+            let was = self.silent_since.swap(0, Ordering::Relaxed);
+            if was != 0 {
+                let for_ = Duration::from_nanos(self.cache.now_ns().saturating_sub(was));
+                crate::log::notice(format_args!(
+                    "etcd answers again (no member had answered for {for_:.1?})"
+                ));
+            }
         } else {
             let now = self.cache.now_ns().max(1);
-            let _ =
-                self.silent_since
-                    .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+            if self
+                .silent_since
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                crate::log::notice(format_args!(
+                    "no etcd member answers its health probe (each waited {PROBE_LIMIT:?})"
+                ));
+            }
         }
     }
 
@@ -300,10 +312,16 @@ impl Inner {
     }
 }
 
+/// How long a health probe waits for a member's connect, and then for
+/// its status. Long enough that a member that is slow (a stalled fsync, a
+/// starved CPU on a loaded host) still counts as answering: only one that
+/// refuses connections, or says nothing for this long, is down.
+pub(super) const PROBE_LIMIT: Duration = Duration::from_secs(2);
+
 /// One member's health probe: connect (kept in `probe` for the next
-/// round) and ask its status, 400 ms for each.
+/// round) and ask its status, [`PROBE_LIMIT`] for each.
 async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
-    let limit = Duration::from_millis(400);
+    let limit = PROBE_LIMIT;
     if probe.is_none() {
         let opts = crate::spec::connect_options(&[ep], limit).ok();
         if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], opts)).await {

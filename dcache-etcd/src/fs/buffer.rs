@@ -17,6 +17,9 @@ use super::lru::Lru;
 /// The object store of a volume and this client's state for it.
 pub(crate) struct Objects {
     pub store: Arc<dyn ObjectStore>,
+    /// The directory of a local store (`file://`), whose objects a flush
+    /// fsyncs before committing them: `LocalFileSystem` does not.
+    pub local: Option<std::path::PathBuf>,
     pub uuid: String,
     pub cache: ReadCache,
     /// The local directory under it (`Options::read_cache_dir`).
@@ -51,6 +54,16 @@ pub(crate) struct Dirty {
     pub end: u64,
     /// When the last write was buffered.
     pub mtime: Option<Timespec>,
+    /// A flush of these bytes failed and kept them, without its error
+    /// being reported to anyone: the revision of the file's record this
+    /// client knew then (0: none). They commit later only if the record
+    /// is still at it; if another change came in between they are
+    /// dropped (`objdata::flush_ino`), never laid over newer data.
+    pub failed_on: Option<i64>,
+    /// Bytes were dropped without their error being reported: the next
+    /// flush, fsync or close reports it (as Linux reports a writeback
+    /// error at the next `fsync` or `close`).
+    pub lost: Option<dcache::Errno>,
     /// Taken out of the map: a writer that finds this takes another.
     dead: bool,
 }
@@ -133,12 +146,14 @@ impl Dirty {
 impl Objects {
     pub fn new(
         store: Arc<dyn ObjectStore>,
+        local: Option<std::path::PathBuf>,
         uuid: String,
         cache_bytes: u64,
         disk: Option<Arc<DiskCache>>,
     ) -> Objects {
         Objects {
             store,
+            local,
             uuid,
             cache: ReadCache::new(cache_bytes),
             disk,
@@ -197,12 +212,13 @@ impl Objects {
         (!d.is_empty()).then_some((d.end, d.mtime))
     }
 
-    /// Drop the inode's buffer if it is empty (after a flush).
+    /// Drop the inode's buffer if it is empty and owes no error report
+    /// (after a flush).
     pub fn retire(&self, ino: Ino) {
         let mut m = self.files.lock().unwrap_or_else(|e| e.into_inner());
         let Some(fb) = m.get(&ino) else { return };
         let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
-        if d.is_empty() {
+        if d.is_empty() && d.lost.is_none() {
             d.dead = true;
             drop(d);
             m.remove(&ino);

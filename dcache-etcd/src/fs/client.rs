@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use dcache::fs::NAME_MAX;
 use dcache::{Errno, FileType, Ino, Result};
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse,
 };
 
 use super::{Inner, DIRENT, INO_BATCH};
 use crate::codec::{decode_u64, Entry, Rec, ROOT_INO};
+use crate::log::{eio, Cause};
 
 /// How a failed request is treated.
 pub(super) enum Fail {
@@ -39,6 +40,7 @@ pub(super) fn classify(e: &etcd_client::Error) -> Fail {
                 return Fail::LeaseGone;
             }
             if crate::spec::is_auth_refusal(m) {
+                crate::log::failure(Cause::Permission, format_args!("etcd refused: {m}"));
                 return Fail::Fatal(Errno::EACCES);
             }
             if m.contains("database space exceeded") {
@@ -55,11 +57,15 @@ pub(super) fn classify(e: &etcd_client::Error) -> Fail {
                 UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED | UNKNOWN | ABORTED | INTERNAL => {
                     Fail::Transient
                 }
-                _ => Fail::Fatal(Errno::EIO),
+                PERMISSION_DENIED | UNAUTHENTICATED => {
+                    crate::log::failure(Cause::Permission, format_args!("etcd refused: {m}"));
+                    Fail::Fatal(Errno::EACCES)
+                }
+                _ => Fail::Fatal(eio(Cause::Unavailable, format_args!("etcd answered: {s}"))),
             }
         }
         E::TransportError(_) | E::IoError(_) => Fail::Transient,
-        _ => Fail::Fatal(Errno::EIO),
+        e => Fail::Fatal(eio(Cause::Unavailable, format_args!("etcd client: {e}"))),
     }
 }
 
@@ -69,7 +75,9 @@ mod grpc {
     pub const UNKNOWN: i32 = 2;
     pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const ABORTED: i32 = 10;
+    pub const PERMISSION_DENIED: i32 = 7;
     pub const INTERNAL: i32 = 13;
+    pub const UNAUTHENTICATED: i32 = 16;
     pub const UNAVAILABLE: i32 = 14;
 }
 
@@ -94,6 +102,10 @@ pub(super) fn absent(key: Vec<u8>) -> Compare {
     Compare::version(key, CompareOp::Equal, 0)
 }
 
+pub(super) fn present(key: Vec<u8>) -> Compare {
+    Compare::version(key, CompareOp::Greater, 0)
+}
+
 pub(super) fn put(key: Vec<u8>, value: Vec<u8>) -> TxnOp {
     TxnOp::put(key, value, None)
 }
@@ -108,16 +120,35 @@ pub(super) fn delete_prefix(prefix: Vec<u8>) -> TxnOp {
 
 pub(super) fn rec_of(r: &GetResponse) -> Result<Option<(Rec, i64)>> {
     match r.kvs().first() {
-        Some(kv) => Ok(Some((Rec::decode(kv.value())?, kv.mod_revision()))),
+        Some(kv) => Ok(Some((
+            damaged(kv.key(), Rec::decode(kv.value()))?,
+            kv.mod_revision(),
+        ))),
         None => Ok(None),
     }
 }
 
 pub(super) fn entry_of(r: &GetResponse) -> Result<Option<(Entry, i64)>> {
     match r.kvs().first() {
-        Some(kv) => Ok(Some((Entry::decode(kv.value())?, kv.mod_revision()))),
+        Some(kv) => Ok(Some((
+            damaged(kv.key(), Entry::decode(kv.value()))?,
+            kv.mod_revision(),
+        ))),
         None => Ok(None),
     }
+}
+
+/// A record's decoding: a failure is logged with the record's key (a
+/// damaged record is that object's error, and the operator's to repair).
+pub(super) fn damaged<T>(key: &[u8], r: Result<T>) -> Result<T> {
+    r.inspect_err(|&e| {
+        if e == Errno::EIO {
+            crate::log::failure(
+                Cause::Corrupt,
+                format_args!("record {} does not decode", key.escape_ascii()),
+            );
+        }
+    })
 }
 
 /// A directory record, or ENOENT / ENOTDIR. A removed directory (nlink 0
@@ -153,14 +184,23 @@ impl Inner {
     pub(super) fn attempt_limit(&self, dl: Instant) -> Result<Duration> {
         let rem = dl.saturating_duration_since(Instant::now());
         if rem.is_zero() {
-            return Err(Errno::EIO);
+            return Err(eio(
+                Cause::Timeout,
+                format_args!(
+                    "no answer from an etcd quorum within etcd_timeout ({:?})",
+                    self.opts.timeout
+                ),
+            ));
         }
         // No member has answered for a while: fail now rather than wait
-        // out the deadline (a quorum that is merely electing a leader
-        // still answers the probes, and is waited for).
+        // out the deadline (a quorum that is merely electing a leader, or
+        // slow, still answers the probes, and is waited for).
         if let (Some(grace), Some(silent)) = (self.opts.unreachable_after, self.unreachable_for()) {
             if silent >= grace {
-                return Err(Errno::EIO);
+                return Err(eio(
+                    Cause::Unavailable,
+                    format_args!("no etcd member has answered a probe for {silent:.1?}"),
+                ));
             }
         }
         Ok(rem.min((self.opts.timeout / 4).max(Duration::from_millis(500))))
@@ -393,7 +433,13 @@ impl Inner {
                             // marker may have gone with it: unknown.
                             None => match self.lease_alive(lim, sent_on).await {
                                 Some(true) => Ok((Outcome::Conflict, None)),
-                                _ => Err(Errno::EIO),
+                                _ => Err(eio(
+                                    Cause::Lease,
+                                    format_args!(
+                                        "a commit's answer was lost and its lease {sent_on:x} \
+                                         with it: outcome unknown"
+                                    ),
+                                )),
                             },
                         };
                     }
@@ -471,10 +517,13 @@ impl Inner {
         loop {
             let (_, rs) = self.read(dl, vec![get(key.clone())]).await?;
             let (cur, cmp) = match rs[0].kvs().first() {
-                Some(kv) => (
-                    decode_u64(kv.value())?,
-                    same(key.clone(), kv.mod_revision()),
-                ),
+                Some(kv) => {
+                    let cur = match damaged(kv.key(), decode_u64(kv.value())) {
+                        Ok(n) => n,
+                        Err(_) => self.ino_past_every_record(dl).await?,
+                    };
+                    (cur, same(key.clone(), kv.mod_revision()))
+                }
                 None => (ROOT_INO + 1, absent(key.clone())),
             };
             let end = cur.checked_add(INO_BATCH).ok_or(Errno::ENOSPC)?;
@@ -487,6 +536,39 @@ impl Inner {
             attempt += 1;
             self.pause(attempt).await;
         }
+    }
+
+    /// Where inode numbers go on when the counter is damaged (logged by the
+    /// caller): 2^32 past the highest inode record, which no number that a
+    /// client reserved before the damage and has not used yet can reach
+    /// (each holds at most [`INO_BATCH`] below the counter). The
+    /// allocation then writes a sound counter over the damaged one.
+    async fn ino_past_every_record(&self, dl: Instant) -> Result<Ino> {
+        let last = TxnOp::get(
+            self.keys.inode_prefix(),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Key, SortOrder::Descend)
+                    .with_limit(1)
+                    .with_keys_only(),
+            ),
+        );
+        let (_, rs) = self.read(dl, vec![last]).await?;
+        let plen = self.keys.inode_prefix().len();
+        let high = match rs[0].kvs().first() {
+            Some(kv) => std::str::from_utf8(&kv.key()[plen..])
+                .ok()
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    eio(
+                        Cause::Corrupt,
+                        format_args!("inode key {} does not parse", kv.key().escape_ascii()),
+                    )
+                })?,
+            None => ROOT_INO,
+        };
+        high.checked_add(1 << 32).ok_or(Errno::ENOSPC)
     }
 
     /// The volume record (`None`: the prefix holds none), linearizably.

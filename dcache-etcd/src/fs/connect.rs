@@ -111,6 +111,7 @@ impl EtcdFs {
             pool: Mutex::new((0, 0)),
             lanes: Default::default(),
             marker_lanes: Default::default(),
+            held: Default::default(),
             rng: AtomicU64::new(nanos | 1),
             inval: OnceLock::new(),
             attached: Arc::default(),
@@ -136,9 +137,17 @@ impl EtcdFs {
                 None => return Err(no_volume(&inner, &rt, &spec)),
             };
         if let DataStore::Objects(url) = &record.store {
-            let store = StoreUrl::parse(url)
-                .and_then(|u| u.open(false))
+            let parsed = StoreUrl::parse(url)
                 .map_err(|e| Error::new(e.errno, format!("volume {}: {e}", record.uuid)))?;
+            let store = parsed
+                .open(false)
+                .map_err(|e| Error::new(e.errno, format!("volume {}: {e}", record.uuid)))?;
+            // A local directory's objects are fsynced by the flush that
+            // commits them (`objdata::upload`): the store does not.
+            let local = match &parsed {
+                StoreUrl::Local(p) => Some(p.clone()),
+                _ => None,
+            };
             if inner.opts.gc_grace < super::opens::MIN_GRACE {
                 return Err(Error::new(
                     Errno::EINVAL,
@@ -164,7 +173,7 @@ impl EtcdFs {
             };
             let _ = inner
                 .objects
-                .set(Objects::new(store, record.uuid.clone(), cache, disk));
+                .set(Objects::new(store, local, record.uuid.clone(), cache, disk));
         }
         let i = inner.clone();
         run_on(&rt, async move {

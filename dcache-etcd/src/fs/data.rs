@@ -10,7 +10,7 @@ use dcache::permission;
 use dcache::{Attr, Errno, FileType, Ino, Result, SetAttr, SetTime, Timespec};
 use etcd_client::{DeleteOptions, GetOptions, GetResponse, TxnOp};
 
-use super::client::{dir_of, get, get_prefix, put, rec_of, same, Outcome};
+use super::client::{damaged, dir_of, get, get_prefix, put, rec_of, same, Outcome};
 use super::{Inner, DEFAULT_QUOTA};
 use crate::codec::{decode_u64, prefix_end, Entry, CHUNK, MAX_FILE, MAX_IO};
 use crate::slices::MAX_FILE_OBJECTS;
@@ -169,21 +169,31 @@ impl Inner {
             .collect()
     }
 
-    pub(super) async fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+    /// Write `data` at `off`, or with `append` at the end of the file as
+    /// committed (the offset the caller had is ignored: another client may
+    /// have appended since); the bytes written and where.
+    pub(super) async fn write(
+        &self,
+        ino: Ino,
+        mut off: u64,
+        append: bool,
+        data: &[u8],
+    ) -> Result<(usize, u64)> {
         if data.is_empty() {
-            return Ok(0);
+            return Ok((0, off));
         }
-        if off >= MAX_FILE {
-            return Err(Errno::EFBIG);
-        }
-        let len = data.len().min(MAX_IO).min((MAX_FILE - off) as usize);
-        let data = &data[..len];
-        let end = off + len as u64;
-        let first = off / CHUNK;
-        let last = (end - 1) / CHUNK;
+        let whole = data;
         let dl = self.deadline();
         let mut attempt = 0;
         loop {
+            if off >= MAX_FILE {
+                return Err(Errno::EFBIG);
+            }
+            let len = whole.len().min(MAX_IO).min((MAX_FILE - off) as usize);
+            let data = &whole[..len];
+            let end = off + len as u64;
+            let first = off / CHUNK;
+            let last = (end - 1) / CHUNK;
             let ikey = self.keys.inode(ino);
             let (_, rs) = self
                 .read(
@@ -196,6 +206,12 @@ impl Inner {
                 FileType::Regular => {}
                 FileType::Directory => return Err(Errno::EISDIR),
                 _ => return Err(Errno::EINVAL),
+            }
+            if append && rec.size != off {
+                // The end moved: read the chunks there (the compare on
+                // the record keeps the end from moving again unseen).
+                off = rec.size;
+                continue;
             }
             let old = self.chunks_by_index(&rs[1]);
             let mut ops = Vec::new();
@@ -223,7 +239,7 @@ impl Inner {
             match self.commit(dl, vec![same(ikey, mr)], ops).await? {
                 Outcome::Committed(rev) => {
                     self.cache.record(ino, Some((&rec, rev)), rev);
-                    return Ok(len);
+                    return Ok((len, off));
                 }
                 Outcome::Conflict => {
                     attempt += 1;
@@ -294,14 +310,20 @@ impl Inner {
             )
             .await?;
         dir_of(&rs[0])?;
+        // A damaged record is its own object's error, logged with its
+        // key (`client::damaged`): a parent link that does not decode
+        // lists `..` as the directory itself, an entry that does not is
+        // left out (looking its name up answers EIO), and the rest list.
         let parent = match rs[1].kvs().first() {
-            Some(kv) => decode_u64(kv.value())?,
+            Some(kv) => damaged(kv.key(), decode_u64(kv.value())).unwrap_or(dir),
             None => dir,
         };
         let plen = self.keys.entries(dir).len();
         let mut out = Vec::with_capacity(rs[2].kvs().len());
         for kv in rs[2].kvs() {
-            let e = Entry::decode(kv.value())?;
+            let Ok(e) = damaged(kv.key(), Entry::decode(kv.value())) else {
+                continue;
+            };
             out.push((e.slot + 3, e.ino, e.kind, kv.key()[plen..].to_vec()));
         }
         out.sort_by_key(|e| e.0);

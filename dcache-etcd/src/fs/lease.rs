@@ -88,6 +88,15 @@ impl Inner {
                     .stats
                     .lease_renewals
                     .fetch_add(1, Ordering::Relaxed);
+                let locked = self.held.inodes();
+                crate::log::failure(
+                    crate::log::Cause::Lease,
+                    format_args!(
+                        "session lease {id:x} expired (cut off longer than its TTL): \
+                         its locks on {locked} files are lost, writes made under them \
+                         are refused; a new session is opened"
+                    ),
+                );
                 // Paced: with no member answering, a try fails at once.
                 while self.open_session(self.deadline()).await.is_err() {
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -19,15 +19,60 @@
 //! woken by the watch, which sees every lock key's put and delete (a
 //! lease expiring included), and at once by this client's own releases.
 
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use dcache::fs::lock::{FileLock, InodeLocks, LockOwner, LockRelease};
-use dcache::{Errno, Ino, Result};
+use dcache::fs::lock::{FileLock, HeldLock, InodeLocks, LockOwner, LockRelease};
+use dcache::{Ino, Result};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
-use super::client::{classify, Fail};
+use super::client::{classify, damaged, Fail};
+use super::objdata::Report;
 use super::{Change, Inner};
 use crate::locks::{client_hash, decode_into, encode, inode_end, inode_prefix, owner_key};
+use crate::log::{eio, Cause};
+
+/// The lock records this client holds, by inode, as its own commits left
+/// them: what a flush of the file's data fences on (`objdata`), and
+/// whether a release must commit the file's data first.
+#[derive(Default)]
+pub(super) struct HeldKeys(Mutex<HashMap<Ino, BTreeSet<Vec<u8>>>>);
+
+impl HeldKeys {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, BTreeSet<Vec<u8>>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The keys of this client's lock records on `ino`.
+    pub(super) fn keys(&self, ino: Ino) -> Vec<Vec<u8>> {
+        self.map()
+            .get(&ino)
+            .map_or_else(Vec::new, |s| s.iter().cloned().collect())
+    }
+
+    /// How many files this client holds locks on.
+    pub(super) fn inodes(&self) -> usize {
+        self.map().len()
+    }
+
+    fn holds(&self, ino: Ino) -> bool {
+        self.map().contains_key(&ino)
+    }
+
+    /// Record that `key` now holds `held` (nothing: gone).
+    fn set(&self, ino: Ino, key: &[u8], held: bool) {
+        let mut m = self.map();
+        if held {
+            m.entry(ino).or_default().insert(key.to_vec());
+        } else if let Some(s) = m.get_mut(&ino) {
+            s.remove(key);
+            if s.is_empty() {
+                m.remove(&ino);
+            }
+        }
+    }
+}
 
 impl Inner {
     fn me(&self) -> u64 {
@@ -44,9 +89,34 @@ impl Inner {
         let (rev, rs) = self.read(dl, vec![get]).await?;
         let mut l = InodeLocks::new();
         for kv in rs[0].kvs() {
-            decode_into(&mut l, &prefix, kv.key(), kv.value())?;
+            damaged(kv.key(), decode_into(&mut l, &prefix, kv.key(), kv.value()))?;
         }
         Ok((rev, l))
+    }
+
+    /// A lock record of this client's on `ino` was found gone (its lease
+    /// expired while the client was cut off): logged, and forgotten.
+    pub(super) fn lock_lost(&self, ino: Ino, key: &[u8]) {
+        crate::log::failure(
+            Cause::Lease,
+            format_args!(
+                "lock {} on inode {ino} is gone (the session lease expired): \
+                 writes made under it are refused",
+                key.escape_ascii()
+            ),
+        );
+        self.held.set(ino, key, false);
+    }
+
+    /// Before a lock of this client's on `ino` ends or weakens: commit
+    /// what it buffered for the file, so the next holder finds it. A
+    /// failure keeps the bytes (marked, so they never land over the next
+    /// holder's changes, `objdata::flush_ino`) and does not stop the
+    /// release: it is logged, and reported by the next close or fsync.
+    async fn hand_over(&self, ino: Ino) {
+        if self.held.holds(ino) {
+            let _ = self.flush_ino(ino, Report::Keep).await;
+        }
     }
 
     pub(super) async fn getlk(
@@ -62,6 +132,14 @@ impl Inner {
     pub(super) async fn setlk(&self, ino: Ino, who: &LockOwner, want: &FileLock) -> Result<()> {
         let dl = self.deadline();
         let me = self.me();
+        // An unlock, or a write lock turned into a read lock: others may
+        // read (or lock) what this client wrote under it.
+        if !want
+            .kind
+            .is_some_and(|k| k == dcache::fs::lock::LockType::Write)
+        {
+            self.hand_over(ino).await;
+        }
         let mut attempt = 0;
         loop {
             let (rev, mut l) = self.lock_state(dl, ino).await?;
@@ -72,13 +150,18 @@ impl Inner {
                 return r;
             }
             let key = owner_key(&self.keys, ino, &self.client_id, who.id, who.flavor);
-            let write = [(key, after)];
+            let write = [(key.clone(), after)];
             if let Some(at) = self.commit_locks(dl, ino, rev, &write).await? {
                 if released {
                     self.lock_wakers.wake(ino);
                 }
                 if r.is_ok() && want.kind.is_some() {
-                    self.catch_up_to(at, dl).await;
+                    if let Err(e) = self.catch_up_to(at, dl).await {
+                        // Not granted on a stale view: the lock goes back
+                        // to what the owner held before.
+                        self.undo_grant(ino, at, key, before).await;
+                        return Err(e);
+                    }
                 }
                 return r;
             }
@@ -88,6 +171,7 @@ impl Inner {
     }
 
     pub(super) async fn release_locks(&self, ino: Ino, what: LockRelease) -> Result<()> {
+        self.hand_over(ino).await;
         let dl = self.deadline();
         let me = self.me();
         let mut attempt = 0;
@@ -136,7 +220,18 @@ impl Inner {
     /// a mount the kernel's cache once its queue is passed) includes every
     /// change the previous holder made before letting go. Data is read
     /// from etcd anyway.
-    async fn catch_up_to(&self, at: i64, dl: Instant) {
+    /// Out of time: EIO, logged (a lock is never granted on a view not
+    /// known to be current).
+    async fn catch_up_to(&self, at: i64, dl: Instant) -> Result<()> {
+        let stale = || {
+            eio(
+                Cause::Stale,
+                format_args!(
+                    "a lock taken at revision {at} was refused: this client's view \
+                     did not catch up with it within etcd_timeout"
+                ),
+            )
+        };
         loop {
             // Registered before the check: a move after it is not missed.
             let moved = self.reported_moved.notified();
@@ -149,14 +244,39 @@ impl Inner {
             }
             let left = dl.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, moved).await.is_err() {
-                return;
+                return Err(stale());
             }
         }
-        let Some(tx) = self.inval.get() else { return };
+        let Some(tx) = self.inval.get() else {
+            return Ok(());
+        };
         let (done, passed) = tokio::sync::oneshot::channel();
         if tx.send(Change::Barrier(done)).is_ok() {
             let left = dl.saturating_duration_since(Instant::now());
-            let _ = tokio::time::timeout(left, passed).await;
+            // A closed channel: the report thread is gone, and with it
+            // whatever it would have reported to.
+            if tokio::time::timeout(left, passed).await.is_err() {
+                return Err(stale());
+            }
+        }
+        Ok(())
+    }
+
+    /// Put `key` (this owner's record on `ino`) back to `before` after a
+    /// grant committed at revision `at` was refused. Best effort, with a
+    /// deadline of its own: a failure is logged, and the record goes with
+    /// the session lease at the latest.
+    async fn undo_grant(&self, ino: Ino, at: i64, key: Vec<u8>, before: Vec<HeldLock>) {
+        let dl = Instant::now() + self.opts.timeout.max(Duration::from_secs(1));
+        let write = [(key, before)];
+        match self.commit_locks(dl, ino, at, &write).await {
+            Ok(Some(_)) => self.lock_wakers.wake(ino),
+            _ => crate::log::failure(
+                Cause::Stale,
+                format_args!(
+                    "a refused lock on inode {ino} could not be undone: it ends with the session"
+                ),
+            ),
         }
     }
 
@@ -196,6 +316,11 @@ impl Inner {
                 Ok(Ok(resp)) => {
                     let r = resp.header().map(|h| h.revision()).unwrap_or(0);
                     self.cache.note_read(r);
+                    if resp.succeeded() {
+                        for (k, held) in write {
+                            self.held.set(ino, k, !held.is_empty());
+                        }
+                    }
                     return Ok(resp.succeeded().then_some(r));
                 }
                 Ok(Err(e)) => match classify(&e) {
@@ -209,7 +334,10 @@ impl Inner {
             }
             attempt += 1;
             if attempt > 100 {
-                return Err(Errno::EIO);
+                return Err(eio(
+                    Cause::Lease,
+                    format_args!("a lock change on inode {ino} was refused 100 times for a lease"),
+                ));
             }
         }
     }

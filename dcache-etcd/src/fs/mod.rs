@@ -59,7 +59,11 @@ use crate::codec::{Keys, DIRENT, ROOT_INO};
 use crate::spec::Options;
 use crate::volume::Volume;
 use client::{check_name, get};
+use objdata::Report;
 use objread::Edit;
+
+/// The bit of a backend handle that says the file was opened O_APPEND.
+const FH_APPEND: u64 = 1;
 
 /// Inode numbers a client reserves at a time.
 const INO_BATCH: u64 = 64;
@@ -121,10 +125,23 @@ struct Inner {
     opens: opens::OpenFiles,
     /// This client's tally lanes (`tallies`).
     lanes: tallies::Lanes,
+    /// The lock records this client holds (`locks`).
+    held: locks::HeldKeys,
     /// Its commit-marker lanes (`client::commit_seq`): a pool of their
     /// own, so that an operation's commit does not take a second tally
     /// lane and double the tallies a directory gets from each client.
     marker_lanes: tallies::Lanes,
+}
+
+impl Inner {
+    /// An O_APPEND write went elsewhere than the caller's offset: a
+    /// caller that caches the file (a kernel's pages and size) is told
+    /// through the report thread, as for another client's change.
+    fn moved_append(&self, ino: Ino) {
+        if let Some(tx) = self.inval.get() {
+            let _ = tx.send(Change::Inode(ino));
+        }
+    }
 }
 
 /// A change another client made, as the watch saw it.
@@ -248,7 +265,7 @@ impl EtcdFs {
     /// meanwhile (by any client) has nothing to commit to: its bytes are
     /// dropped and `close` succeeds, as on Linux for an unlinked file.
     fn commit_buffered(&self, ino: Ino) -> Result<()> {
-        match self.block(self.inner.flush_ino(ino)) {
+        match self.block(self.inner.flush_ino(ino, Report::Drop)) {
             Err(Errno::ENOENT) => Ok(()),
             r => r,
         }
@@ -256,7 +273,7 @@ impl EtcdFs {
 
     /// Object-store volumes: commit every buffered write of this client.
     pub fn flush_all(&self) -> Result<()> {
-        self.block(self.inner.flush_all())
+        self.block(self.inner.flush_all(Report::Drop))
     }
 
     /// Time one plain serializable get (answered by the member the client
@@ -316,7 +333,7 @@ impl Drop for EtcdFs {
         if let Some(rt) = self.rt.take() {
             // What is buffered is committed first (best effort).
             let i = self.inner.clone();
-            let _ = run_on(&rt, async move { i.flush_all().await });
+            let _ = run_on(&rt, async move { i.flush_all(Report::Drop).await });
             // Revoke the session lease: the session record and marker go
             // with it (if this fails, they expire after the TTL).
             let i = self.inner.clone();
@@ -348,7 +365,7 @@ impl FileSystem for EtcdFs {
     fn setattr(&self, ino: Ino, set: &SetAttr, _ctx: Ctx) -> Result<Attr> {
         if set.size.is_some() {
             // A truncate applies to what was written before it.
-            self.block(self.inner.flush_ino(ino))?;
+            self.block(self.inner.flush_ino(ino, Report::Keep))?;
         }
         self.block(self.inner.setattr(ino, set))
             .map(|a| self.with_pending(a))
@@ -471,7 +488,10 @@ impl FileSystem for EtcdFs {
         Ok((attr, fh))
     }
 
-    fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
+    /// The handle says whether the file was opened with O_APPEND: such
+    /// writes go at the end of the file as committed, whatever offset the
+    /// caller (a kernel with its cached size) gives.
+    fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
         self.getattr(ino)?;
         // Close-to-open: the first read after an open asks etcd, so it
         // sees every write closed before the open (`lists`).
@@ -481,7 +501,11 @@ impl FileSystem for EtcdFs {
         if self.inner.keeps_unlinked() {
             self.inner.opens.opened(ino);
         }
-        Ok(0)
+        Ok(if flags & libc::O_APPEND != 0 {
+            FH_APPEND
+        } else {
+            0
+        })
     }
 
     fn read(&self, ino: Ino, _fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
@@ -491,11 +515,24 @@ impl FileSystem for EtcdFs {
         self.block(self.inner.read_data(ino, offset, buf))
     }
 
-    fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        let append = fh & FH_APPEND != 0;
         if self.inner.objects.get().is_some() {
-            return self.block(self.inner.obj_write(ino, offset, data));
+            let at = match append {
+                true => self.block(self.inner.append_at(ino))?,
+                false => offset,
+            };
+            let n = self.block(self.inner.obj_write(ino, at, data))?;
+            if at != offset {
+                self.inner.moved_append(ino);
+            }
+            return Ok(n);
         }
-        self.block(self.inner.write(ino, offset, data))
+        let (n, at) = self.block(self.inner.write(ino, offset, append, data))?;
+        if at != offset {
+            self.inner.moved_append(ino);
+        }
+        Ok(n)
     }
 
     /// Object-store volumes: commit what this client buffered for the
@@ -506,8 +543,9 @@ impl FileSystem for EtcdFs {
     }
 
     /// As [`flush`](Self::flush): the commit is durable when etcd has
-    /// acknowledged it; the objects as the store makes them (an S3 PUT
-    /// once acknowledged; a local directory store does not fsync).
+    /// acknowledged it; the objects before it, as the store makes them (an
+    /// S3 PUT once acknowledged; on a local directory store the flush
+    /// fsyncs each object and its directory before committing).
     fn fsync(&self, ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
         self.commit_buffered(ino)
     }

@@ -18,9 +18,10 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 
 use super::buffer::Objects;
-use super::client::{absent, get, put, rec_of, same, Outcome};
+use super::client::{absent, get, present, put, rec_of, same, Outcome};
 use super::Inner;
 use crate::codec::decode_u64;
+use crate::log::{eio, Cause};
 use crate::slices::{self, Garbage, Slice, BLOCK, MAX_FILE_OBJECTS, MAX_SLICES, SLICE_CHUNK};
 
 /// Slice ids a client reserves at a time.
@@ -37,11 +38,29 @@ pub(super) const PARALLEL: usize = 8;
 /// the buffer grow without bound).
 const BUFFER_MAX: usize = 4 * BLOCK;
 
+/// The errno for a store's failure: the store's own answer where it has
+/// one (a local directory that is full, read-only or over quota: ENOSPC,
+/// EROFS, EDQUOT), else EIO, logged with the store's words.
 pub(super) fn store_err(e: object_store::Error) -> Errno {
-    match e {
-        object_store::Error::NotFound { .. } => Errno::EIO,
-        _ => Errno::EIO,
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if let Some(n @ (libc::ENOSPC | libc::EROFS | libc::EDQUOT)) = io.raw_os_error() {
+                crate::log::failure(Cause::Store, format_args!("object store: {e}"));
+                return Errno(n);
+            }
+        }
+        src = s.source();
     }
+    eio(Cause::Store, format_args!("object store: {e}"))
+}
+
+/// EIO for a store request that ran past its limit.
+pub(super) fn store_timeout(what: &str, limit: Duration) -> Errno {
+    eio(
+        Cause::Store,
+        format_args!("object store: {what} got no answer within {limit:?}"),
+    )
 }
 
 pub(super) fn regular(kind: FileType) -> Result<()> {
@@ -109,6 +128,24 @@ impl Inner {
         Ok(put(self.keys.garbage(kid), g.encode()))
     }
 
+    /// Where an O_APPEND write goes: past what this client buffered for
+    /// the file, else at its end as committed (read from etcd, not the
+    /// mirror: an append right after a lock was taken must follow the
+    /// previous holder's, and the caller's idea of the size, a kernel's
+    /// cached one, may be older still).
+    pub(super) async fn append_at(&self, ino: Ino) -> Result<u64> {
+        if let Some((end, _)) = self.objects()?.pending(ino) {
+            let size = self.cache.attr(ino).map_or(0, |a| a.size);
+            return Ok(end.max(size));
+        }
+        let (_, rs) = self
+            .read(self.deadline(), vec![get(self.keys.inode(ino))])
+            .await?;
+        let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        regular(rec.kind)?;
+        Ok(rec.size)
+    }
+
     /// Buffer a write; flush when the inode holds a block.
     pub(super) async fn obj_write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         if data.is_empty() {
@@ -131,7 +168,8 @@ impl Inner {
                 f.dirty.lock().unwrap_or_else(|e| e.into_inner()).bytes
             });
             if held >= BUFFER_MAX {
-                self.flush_ino(ino).await?;
+                // Its error is this write's answer: reported.
+                self.flush_ino(ino, Report::Drop).await?;
             }
         }
         let mut done = 0;
@@ -142,16 +180,25 @@ impl Inner {
             if held >= BLOCK {
                 // An error stays with the buffer (the bytes are kept and
                 // retried): fsync and close report it.
-                let _ = self.flush_ino(ino).await;
+                let _ = self.flush_ino(ino, Report::Keep).await;
             }
         }
         Ok(len)
     }
 
     /// Commit what `ino` has buffered. ENOENT: the file is gone (its
-    /// bytes are dropped, their objects recorded as garbage); another
-    /// error leaves the bytes buffered, to be tried again.
-    pub(super) async fn flush_ino(&self, ino: Ino) -> Result<()> {
+    /// bytes are dropped, their objects recorded as garbage).
+    ///
+    /// Another error, by [`Report`]: `Keep` leaves the bytes buffered, to
+    /// be tried again, marked with the file's record revision as this
+    /// client knew it (`Dirty::failed_on`); `Drop` (the caller returns the
+    /// error to the writer: close, fsync, a write) drops them and logs
+    /// which bytes. Kept bytes never land over a newer change: the next
+    /// try commits them only if the record is still at that revision,
+    /// else drops them and owes the next reporting flush an EIO. Bytes
+    /// written under a lock commit only in a transaction that finds the
+    /// lock still held (`locks`); a lock that is gone drops them too.
+    pub(super) async fn flush_ino(&self, ino: Ino, report: Report) -> Result<()> {
         let Some(o) = self.objects.get() else {
             return Ok(());
         };
@@ -159,40 +206,79 @@ impl Inner {
             return Ok(());
         };
         let _g = fb.flushing.lock().await;
-        let (ext, mtime) = {
+        let (ext, mtime, failed_on, owed) = {
             let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
+            let owed = match report {
+                Report::Drop => d.lost.take(),
+                Report::Keep => None,
+            };
             if d.is_empty() {
                 drop(d);
                 o.retire(ino);
-                return Ok(());
+                return owed.map_or(Ok(()), Err);
             }
-            d.take()
+            let (ext, mtime) = d.take();
+            (ext, mtime, d.failed_on.take(), owed)
         };
-        match self.commit_extents(ino, &ext, mtime).await {
+        // The record's revision as the commit first read it.
+        let mut seen = None;
+        let err = match self
+            .commit_extents(ino, &ext, mtime, failed_on, &mut seen)
+            .await
+        {
             Ok(()) => {
                 o.retire(ino);
-                Ok(())
+                return owed.map_or(Ok(()), Err);
             }
             Err(Errno::ENOENT) => {
                 o.retire(ino);
-                Err(Errno::ENOENT)
+                return Err(Errno::ENOENT);
             }
-            Err(e) => {
-                let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
-                d.restore(ext, mtime);
-                Err(e)
-            }
+            Err(e) => e,
+        };
+        // Overtaken (another change since the failure kept them) or
+        // fenced (the lock they were written under is gone): never
+        // committed, whoever asks.
+        let refused = err == STALE || err == FENCED;
+        if report == Report::Keep && !refused {
+            let mut d = fb.dirty.lock().unwrap_or_else(|e| e.into_inner());
+            d.restore(ext, mtime);
+            let known = || self.cache.known_rev(ino).unwrap_or(0);
+            d.failed_on = Some(failed_on.or(seen).unwrap_or_else(known));
+            return Err(err);
         }
+        let (lo, hi) = extent_span(&ext);
+        let bytes: usize = ext.iter().map(|(_, v)| v.len()).sum();
+        let why = match err {
+            STALE => "the file changed on another client after an earlier failure kept them",
+            FENCED => "the lock they were written under is gone (its session lease expired)",
+            _ => "their commit failed and the failure was reported",
+        };
+        crate::log::failure(
+            Cause::Dropped,
+            format_args!(
+                "inode {ino}: {bytes} bytes written in {lo}..{hi} dropped: {why} ({err:?})"
+            ),
+        );
+        let answer = if refused { Errno::EIO } else { err };
+        if report == Report::Keep {
+            // Owed to the next close or fsync; the caller (a read, a
+            // truncate) goes on with the file as committed.
+            fb.dirty.lock().unwrap_or_else(|e| e.into_inner()).lost = Some(answer);
+            return Ok(());
+        }
+        o.retire(ino);
+        Err(answer)
     }
 
     /// Flush every inode's buffer; the first error.
-    pub(super) async fn flush_all(&self) -> Result<()> {
+    pub(super) async fn flush_all(&self, report: Report) -> Result<()> {
         let Some(o) = self.objects.get() else {
             return Ok(());
         };
         let mut first = Ok(());
         for ino in o.buffered_inodes() {
-            if let Err(e) = self.flush_ino(ino).await {
+            if let Err(e) = self.flush_ino(ino, report).await {
                 if first.is_ok() && e != Errno::ENOENT {
                     first = Err(e);
                 }
@@ -203,13 +289,26 @@ impl Inner {
 
     /// Upload the extents as one object per chunk they touch, then commit
     /// their slices, [`GROUP`] chunks a transaction.
+    /// `base`: the bytes were kept after a failure, when the file's record
+    /// was at this revision; they commit only if it still is.
     async fn commit_extents(
         &self,
         ino: Ino,
         ext: &[(u64, Vec<u8>)],
         mtime: Option<Timespec>,
+        base: Option<i64>,
+        seen: &mut Option<i64>,
     ) -> Result<()> {
         let dl = self.deadline();
+        // The state these bytes go over, read before uploading: a failure
+        // from here on keeps them against it (`flush_ino`); with a `base`,
+        // they go only over that (checked again in the commit's compare).
+        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
+        let (_, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
+        *seen = Some(mr);
+        if base.is_some_and(|b| b != mr) {
+            return Err(STALE);
+        }
         let mut pieces: std::collections::BTreeMap<u64, Vec<(u64, &[u8])>> = Default::default();
         for (off, v) in ext {
             let mut at = 0usize;
@@ -252,7 +351,10 @@ impl Inner {
                 .flat_map(|(idx, l)| l.iter().map(move |s| idx * SLICE_CHUNK + s.end()))
                 .max()
                 .unwrap_or(0);
-            if let Err(e) = self.commit_slices(dl, ino, group, end, mtime).await {
+            // The base holds for the first group only: the next ones
+            // follow this client's own commit of the first.
+            let base = if g == 0 { base } else { None };
+            if let Err(e) = self.commit_slices(dl, ino, group, end, mtime, base).await {
                 if e == Errno::ENOENT {
                     // The file is gone: nothing will reference these.
                     let ids: Vec<u64> = lists[g * GROUP..]
@@ -310,8 +412,16 @@ impl Inner {
         Ok(out)
     }
 
+    /// Put the objects (and on a local directory store, fsync them and
+    /// their directories: a commit names only objects that survive a
+    /// crash of the host).
     async fn upload(&self, objs: Vec<(u64, Bytes)>) -> Result<()> {
         let o = self.objects()?;
+        let synced: Option<Vec<std::path::PathBuf>> = o.local.as_ref().map(|root| {
+            objs.iter()
+                .map(|(id, _)| root.join(slices::object_path(&o.uuid, *id)))
+                .collect()
+        });
         let puts = stream::iter(objs.into_iter().map(|(id, b)| {
             let path = Path::from(slices::object_path(&o.uuid, id));
             let store = o.store.clone();
@@ -319,9 +429,27 @@ impl Inner {
         }))
         .buffer_unordered(PARALLEL)
         .try_collect::<Vec<()>>();
-        match tokio::time::timeout(self.store_limit(), puts).await {
-            Ok(r) => r.map(|_| ()).map_err(store_err),
-            Err(_) => Err(Errno::EIO),
+        let limit = self.store_limit();
+        let put = async {
+            puts.await.map_err(store_err)?;
+            if let Some(paths) = synced {
+                let done = tokio::task::spawn_blocking(move || fsync_all(&paths)).await;
+                let r = done.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                r.map_err(|e| {
+                    let n = e.raw_os_error().unwrap_or(libc::EIO);
+                    crate::log::failure(Cause::Store, format_args!("object store: fsync: {e}"));
+                    if matches!(n, libc::ENOSPC | libc::EROFS | libc::EDQUOT) {
+                        Errno(n)
+                    } else {
+                        Errno::EIO
+                    }
+                })?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(limit, put).await {
+            Ok(r) => r,
+            Err(_) => Err(store_timeout("an upload", limit)),
         }
     }
 
@@ -335,20 +463,36 @@ impl Inner {
         group: &[(u64, Vec<Slice>)],
         end: u64,
         mtime: Option<Timespec>,
+        base: Option<i64>,
     ) -> Result<()> {
         let ikey = self.keys.inode(ino);
         let mut attempt = 0;
         let mut dl = dl;
         loop {
+            // The locks this client holds on the file: the bytes commit
+            // only while they are still held (a fence: a holder whose
+            // lease expired, and so lost them, commits nothing after).
+            let fence = self.held.keys(ino);
             let mut reads = vec![get(ikey.clone())];
             reads.extend(
                 group
                     .iter()
                     .map(|(idx, _)| get(self.keys.slices(ino, *idx))),
             );
+            reads.extend(fence.iter().map(|k| get(k.clone())));
             let (_, rs) = self.read(dl, reads).await?;
             let (mut rec, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
             regular(rec.kind)?;
+            if base.is_some_and(|b| b != mr) {
+                return Err(STALE);
+            }
+            let held = &rs[1 + group.len()..];
+            if let Some(k) = fence.iter().zip(held).find(|(_, r)| r.kvs().is_empty()) {
+                self.lock_lost(ino, k.0);
+                return Err(FENCED);
+            }
+            let mut cmps = vec![same(ikey.clone(), mr)];
+            cmps.extend(fence.iter().map(|k| present(k.clone())));
             let mut ops = Vec::with_capacity(group.len() + 2);
             let mut gone = Vec::new();
             let mut pages = 0i64;
@@ -376,7 +520,7 @@ impl Inner {
             if !gone.is_empty() {
                 ops.push(self.garbage_op(dl, gone).await?);
             }
-            match self.commit(dl, vec![same(ikey.clone(), mr)], ops).await? {
+            match self.commit(dl, cmps, ops).await? {
                 Outcome::Committed(rev) => {
                     self.cache.record(ino, Some((&rec, rev)), rev);
                     return Ok(());
@@ -388,6 +532,44 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether a flush's error is returned to a writer (`Drop`: the bytes are
+/// dropped once it is) or not (`Keep`: they stay buffered, to be tried
+/// again). See [`Inner::flush_ino`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Report {
+    Keep,
+    Drop,
+}
+
+/// A commit refused because the file changed since the failure that kept
+/// its bytes (internal to `flush_ino`, answered as EIO).
+pub(super) const STALE: Errno = Errno::ESTALE;
+/// A commit refused because the lock its bytes were written under is
+/// gone (internal to `flush_ino`, answered as EIO).
+pub(super) const FENCED: Errno = Errno(libc::ENOLCK);
+
+/// fsync each file and, once each, the directories they are in.
+fn fsync_all(paths: &[std::path::PathBuf]) -> std::io::Result<()> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for p in paths {
+        std::fs::File::open(p)?.sync_all()?;
+        if let Some(d) = p.parent() {
+            dirs.insert(d.to_path_buf());
+        }
+    }
+    for d in dirs {
+        std::fs::File::open(d)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The range the extents cover, from the first's start to the last's end.
+fn extent_span(ext: &[(u64, Vec<u8>)]) -> (u64, u64) {
+    let lo = ext.first().map_or(0, |e| e.0);
+    let hi = ext.last().map_or(0, |(o, v)| o + v.len() as u64);
+    (lo, hi)
 }
 
 /// A chunk's list as a get returned it (empty when absent), resolved.

@@ -17,7 +17,7 @@ use object_store::path::Path;
 use super::client::{delete, get, put, rec_of, same, Outcome};
 use super::diskcache::DiskCache;
 use super::lists::List;
-use super::objdata::{regular, store_err, GROUP, MAX_READ, PARALLEL};
+use super::objdata::{regular, store_err, store_timeout, Report, GROUP, MAX_READ, PARALLEL};
 use super::Inner;
 use crate::codec::prefix_end;
 use crate::slices::{self, Slice, SLICE_CHUNK};
@@ -33,7 +33,7 @@ impl Inner {
 
     pub(super) async fn obj_read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         // Read-your-writes: what this client buffered is committed first.
-        self.flush_ino(ino).await?;
+        self.flush_ino(ino, Report::Keep).await?;
         let want = buf.len().min(MAX_READ);
         if want == 0 {
             return Ok(0);
@@ -183,9 +183,10 @@ impl Inner {
         }))
         .buffer_unordered(PARALLEL)
         .try_collect::<Vec<_>>();
-        let fetched = match tokio::time::timeout(self.store_limit(), gets).await {
+        let limit = self.store_limit();
+        let fetched = match tokio::time::timeout(limit, gets).await {
             Ok(r) => r.map_err(store_err)?,
-            Err(_) => return Err(Errno::EIO),
+            Err(_) => return Err(store_timeout("a read", limit)),
         };
         for (at, len, b) in fetched {
             if b.len() != len {
@@ -223,9 +224,10 @@ impl Inner {
         }))
         .buffer_unordered(PARALLEL)
         .try_collect::<Vec<_>>();
-        let fetched = match tokio::time::timeout(self.store_limit(), gets).await {
+        let limit = self.store_limit();
+        let fetched = match tokio::time::timeout(limit, gets).await {
             Ok(r) => r.map_err(store_err)?,
-            Err(_) => return Err(Errno::EIO),
+            Err(_) => return Err(store_timeout("a read", limit)),
         };
         for (id, b, from_disk) in fetched {
             o.cache.put(id, b.clone());
@@ -309,7 +311,7 @@ impl Inner {
         if lo >= hi {
             return Ok(());
         }
-        self.flush_ino(ino).await?;
+        self.flush_ino(ino, Report::Keep).await?;
         let dl = self.deadline();
         let ikey = self.keys.inode(ino);
         let last = (hi - 1) / SLICE_CHUNK;
@@ -390,7 +392,7 @@ impl Inner {
     /// [`slices::PAGE`] bytes (the end of the file is a hole; so is any
     /// page no written slice touches).
     pub(super) async fn obj_seek(&self, ino: Ino, off: u64, whence: i32) -> Result<u64> {
-        self.flush_ino(ino).await?;
+        self.flush_ino(ino, Report::Keep).await?;
         let dl = self.deadline();
         let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
         let (rec, _) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;

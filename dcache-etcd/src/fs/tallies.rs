@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use dcache::{Errno, Ino, Result, Timespec};
 use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, TxnOp};
 
-use super::client::{absent, delete, get, get_prefix, put, rec_of, same};
+use super::client::{absent, damaged, delete, get, get_prefix, put, rec_of, same};
 use super::Inner;
 use crate::cache::ReadTallies;
 use crate::codec::{prefix_end, Rec};
@@ -103,10 +103,13 @@ impl Inner {
 
     /// A change to `dir` from the tally read in `r`.
     pub(super) fn dir_change(&self, dir: Ino, key: Vec<u8>, r: &GetResponse) -> Result<DirChange> {
-        let read = match r.kvs().first() {
-            Some(kv) => Some((Tally::decode(kv.value())?, kv.mod_revision())),
-            None => None,
-        };
+        // A damaged tally (logged with its key) is replaced by this change,
+        // as if it had held nothing: the directory's creates go on, its
+        // size and link count lose what the damaged tally counted.
+        let read = r.kvs().first().map(|kv| {
+            let t = damaged(kv.key(), Tally::decode(kv.value())).unwrap_or_default();
+            (t, kv.mod_revision())
+        });
         Ok(DirChange {
             dir,
             key,
@@ -268,16 +271,15 @@ impl Inner {
     }
 }
 
-/// The tallies a prefix read returned.
+/// The tallies a prefix read returned. A damaged one (logged with its key)
+/// counts as empty: the directory's attributes lose what it counted, and
+/// everything else about the directory works.
 pub(super) fn tallies_of(r: &GetResponse) -> Result<ReadTallies> {
-    r.kvs()
+    Ok(r.kvs()
         .iter()
         .map(|kv| {
-            Ok((
-                kv.key().to_vec(),
-                Tally::decode(kv.value())?,
-                kv.mod_revision(),
-            ))
+            let t = damaged(kv.key(), Tally::decode(kv.value())).unwrap_or_default();
+            (kv.key().to_vec(), t, kv.mod_revision())
         })
-        .collect()
+        .collect())
 }

@@ -182,6 +182,16 @@ impl DcacheFs {
             },
             Op::Release(r) => {
                 self.stats.open_requests.add(1);
+                // The file first, so what it wrote is committed before its
+                // locks go (the next holder must find it).
+                // Handle 0 names no file of ours (a file the kernel opened
+                // without asking); nothing to close.
+                let closed = (r.fh != 0).then(|| {
+                    if let Some(n) = self.notifier.get() {
+                        self.backing.release(n.dev(), handle(r.fh));
+                    }
+                    core.release_file(handle(r.fh))
+                });
                 if let Some(l) = &self.locks {
                     // The open file's flock (the kernel names its owner)
                     // and anything else taken through it (OFD locks).
@@ -193,13 +203,8 @@ impl DcacheFs {
                     }
                     let _ = backend.release_locks(ino, LockRelease::File(r.fh));
                 }
-                // Handle 0 names no file of ours (a file the kernel opened
-                // without asking); nothing to close.
-                if r.fh != 0 {
-                    if let Some(n) = self.notifier.get() {
-                        self.backing.release(n.dev(), handle(r.fh));
-                    }
-                    empty(out, core.release_file(handle(r.fh)));
+                if let Some(res) = closed {
+                    empty(out, res);
                 }
             }
             Op::Flush(f) => {
@@ -210,14 +215,17 @@ impl DcacheFs {
                 if self.no_flush {
                     return out.error(libc::ENOSYS);
                 }
-                // A process closed a descriptor: its POSIX locks on the
-                // file go (Linux's `locks_remove_posix` at every close).
+                // What the file wrote is committed first, then the
+                // process's POSIX locks on the file go (Linux's
+                // `locks_remove_posix` at every close): the next holder
+                // finds the data.
+                let flushed = self.file_of(f.fh, id).and_then(|f| core.flush(f));
                 if let Some(l) = &self.locks {
                     let ino = self.core.ids().ino(id);
                     let what = LockRelease::Owner(f.lock_owner, Flavor::Posix);
                     let _ = l.backend().release_locks(ino, what);
                 }
-                empty(out, self.file_of(f.fh, id).and_then(|f| core.flush(f)));
+                empty(out, flushed);
             }
             Op::Fsync(f) => {
                 let r = self.file_of(f.fh, id);

@@ -308,20 +308,39 @@ impl Vfs {
         }
         let dir = parent.inode().ok_or(Errno::ENOENT)?;
         let w = dir.i_rwsem.write_unpoisoned();
-        let d = self.lookup_one(&parent, name, true)?;
-        if d.is_negative() {
+        let mut races = 0;
+        let d = loop {
+            let d = self.lookup_one(&parent, name, true)?;
+            if !d.is_negative() {
+                break d;
+            }
             self.may_create_in(cred, dir)?;
             let (perm, acls) = self.acl_create(cred, dir, libc::S_IFREG, perm)?;
             let perm = permission::mode_strip_sgid(cred, dir.perm(), perm);
             let sb = self.sb();
-            let attr = super::dcache::fd_retry(sb, || sb.fs.create(dir.ino, name, perm, ctx))?;
+            let attr = match super::dcache::fd_retry(sb, || sb.fs.create(dir.ino, name, perm, ctx))
+            {
+                Ok(attr) => attr,
+                // A backend shared with other hosts: one of them made the
+                // name after our negative entry was cached. Without
+                // O_EXCL that opens the file it made, as openat(2) on one
+                // host does; the stale entry goes and the name is looked
+                // up again (a few times at most: a host that keeps
+                // removing and making it wins with EEXIST).
+                Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 && races < MAX_CREATE_RACES => {
+                    super::dcache::d_drop(sb, d.dentry());
+                    races += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             // The dentry first: the file exists even if its inherited
             // ACLs fail to store (as in create_common).
             d_instantiate(self.sb(), d.dentry(), &attr);
             self.refresh(dir);
             self.acl_store_new(attr.ino, &acls)?;
             return Ok((d, true));
-        }
+        };
         if flags & libc::O_EXCL != 0 {
             return Err(Errno::EEXIST);
         }
@@ -450,6 +469,10 @@ impl Vfs {
         Ok((i.ino, fh, extra))
     }
 }
+
+/// How many times an `O_CREAT` without `O_EXCL` looks a name up again
+/// after the backend found it made by another host meanwhile.
+const MAX_CREATE_RACES: u32 = 4;
 
 /// `may_open`'s type checks: a symlink is ELOOP (unless O_PATH), a
 /// directory EISDIR for writing or truncating, a non-directory ENOTDIR
