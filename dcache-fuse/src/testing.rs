@@ -207,18 +207,17 @@ pub fn enable_uring() -> Result<UringEnabled, String> {
         return Err("io_uring rings cannot be made here".into());
     }
     let mut h = URING_HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
-    if h.0 == 0 {
-        if was.trim() != "Y" {
-            if !uring_opted_in() {
-                return Err(format!(
-                    "{ENABLE_PARAM} is {}; {URING_OPT_IN}=1 lets the tests switch it on \
-                     for their run and put it back",
-                    was.trim()
-                ));
-            }
-            std::fs::write(ENABLE_PARAM, "Y")
-                .map_err(|e| format!("cannot set {ENABLE_PARAM}: {e}"))?;
+    // The first holder switches it on if it is off (found on: nothing to
+    // put back, so nothing is written after).
+    if h.0 == 0 && was.trim() != "Y" {
+        if !uring_opted_in() {
+            return Err(format!(
+                "{ENABLE_PARAM} is {}; {URING_OPT_IN}=1 lets the tests switch it on \
+                 for their run and put it back",
+                was.trim()
+            ));
         }
+        std::fs::write(ENABLE_PARAM, "Y").map_err(|e| format!("cannot set {ENABLE_PARAM}: {e}"))?;
         h.1 = Some(was);
     }
     h.0 += 1;
