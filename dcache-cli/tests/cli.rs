@@ -191,6 +191,10 @@ fn tour_labels_runs_with_their_workload_and_plots() {
 fn bad_input_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let as_dir = dir.path().to_str().unwrap().to_string();
+    // Under a directory this test made absent, not /nonexistent (which a
+    // machine may have).
+    let json_nowhere = format!("{as_dir}/absent/dir/r.json");
+    let json_nowhere_err = format!("cannot write --json {json_nowhere}");
     let cases: &[(&[&str], &str)] = &[
         (&["bench", "nosuch"], "unknown workload 'nosuch'"),
         (
@@ -216,8 +220,8 @@ fn bad_input_is_one_line_and_exit_2() {
         (&["bench", "lockref", "--seconds", "-1"], "--seconds"),
         (&["bench", "stat-random", "--paths", "0"], "--paths"),
         (
-            &["bench", "lockref", "--json", "/nonexistent/dir/r.json"],
-            "cannot write --json /nonexistent/dir/r.json",
+            &["bench", "lockref", "--json", &json_nowhere],
+            &json_nowhere_err,
         ),
         (&["bench", "lockref", "--json", &as_dir], "is a directory"),
         (
@@ -604,16 +608,21 @@ fn mount_usage_errors_name_the_problem() {
     std::fs::write(&file, b"x").unwrap();
     let mnt = dir.path().to_str().unwrap();
     let pt_file = format!("passthrough:{}", file.display());
+    // A directory this test made absent, not /nonexistent: where that
+    // exists the background mount below would serve it and never return.
+    let absent = dir.path().join("absent");
+    let pt_absent = format!("passthrough:{}", absent.display());
+    let absent_err = format!(
+        "cannot serve {}: ENOENT: No such file or directory",
+        absent.display()
+    );
     let cases: &[(&str, &str)] = &[
         (
             "bogus",
             "unknown backend \"bogus\" (mem, passthrough:DIR, kernfs[:mutex|rwlock|rcu] \
              or etcd:http://HOST:PORT[,...]/prefix)",
         ),
-        (
-            "passthrough:/nonexistent",
-            "cannot serve /nonexistent: ENOENT: No such file or directory",
-        ),
+        (&pt_absent, &absent_err),
         (
             &pt_file,
             &format!("cannot serve {}: ENOTDIR: Not a directory", file.display()),
@@ -635,7 +644,8 @@ fn mount_usage_errors_name_the_problem() {
         assert!(!err.contains("EINVAL"), "{backend}: {err}");
         assert!(o.stdout.is_empty(), "{backend}");
     }
-    let o = dcache(&["mount", "--backend", "passthrough:/nonexistent", mnt]);
+    assert!(!absent.exists());
+    let o = dcache(&["mount", "--backend", &pt_absent, mnt]);
     assert!(!stderr(&o).contains("Not a directory"), "{}", stderr(&o));
 }
 
@@ -721,18 +731,20 @@ fn a_non_root_mount_names_dev_fuse() {
     const T: &str = "a_non_root_mount_names_dev_fuse";
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP {T}: not root (cannot run as nobody)");
+        dcache_fuse::testing::skipped(format_args!("{T}: not root (cannot run as nobody)"));
         return;
     }
     match std::fs::metadata("/dev/fuse") {
         Ok(m) if m.mode() & 0o006 != 0o006 => {}
         _ => {
-            eprintln!("SKIP {T}: /dev/fuse missing or open to every user");
+            dcache_fuse::testing::skipped(format_args!(
+                "{T}: /dev/fuse missing or open to every user"
+            ));
             return;
         }
     }
     let Ok(setpriv) = Command::new("setpriv").arg("--version").output() else {
-        eprintln!("SKIP {T}: no setpriv");
+        dcache_fuse::testing::skipped(format_args!("{T}: no setpriv"));
         return;
     };
     assert!(setpriv.status.success());

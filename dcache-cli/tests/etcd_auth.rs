@@ -301,7 +301,9 @@ fn a_tls_etcd_with_client_certificates() {
         .output()
         .is_err()
     {
-        println!("SKIPPED {t}: no openssl binary to make certificates with");
+        dcache_fuse::testing::skipped(format_args!(
+            "{t}: no openssl binary to make certificates with"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -346,7 +346,7 @@ fn exclusion(s: &Setup) {
         assert_eq!(flock_n(&fb), 1, "flock -n through B while A holds it");
         assert_eq!(flock_n(&fa), 1, "flock -n through A (one host)");
     } else {
-        println!("SKIPPED flock(1) part: no flock binary");
+        dcache_fuse::testing::skipped(format_args!("flock(1) part: no flock binary"));
     }
     let mut hb = Helper::start(&fb);
     assert_eq!(
@@ -478,7 +478,7 @@ fn interrupts_and_kills(s: Setup) {
             t0.elapsed().min(took)
         );
     } else {
-        println!("SKIPPED the flock(1) SIGINT part: no flock binary");
+        dcache_fuse::testing::skipped(format_args!("the flock(1) SIGINT part: no flock binary"));
     }
     // A handler without SA_RESTART: the blocked call returns EINTR.
     let mut hb = Helper::start(&fb);
@@ -519,7 +519,7 @@ fn sqlite_from_two_mounts() {
         return;
     }
     if !have("sqlite3") {
-        println!("SKIPPED {T}: no sqlite3");
+        dcache_fuse::testing::skipped(format_args!("{T}: no sqlite3"));
         return;
     }
     let s = Setup::new(&[]);

@@ -36,12 +36,12 @@ fn have(tool: &str) -> bool {
 fn ready(test: &str, extra: &[&str], as_other: bool) -> bool {
     for t in ["setfacl", "getfacl", "setpriv"].iter().chain(extra) {
         if !have(t) {
-            println!("SKIPPED {test}: {t} not installed");
+            dcache_fuse::testing::skipped(format_args!("{test}: {t} not installed"));
             return false;
         }
     }
     if as_other && !is_root() {
-        println!("SKIPPED {test}: needs root to act as another user");
+        dcache_fuse::testing::skipped(format_args!("{test}: needs root to act as another user"));
         return false;
     }
     fuse_or_skip(test)

@@ -104,10 +104,10 @@ fn lower_options(test: &str) -> Option<&'static [&'static str]> {
     assert_eq!(mounts_at(&lower.mnt), 1, "{err}");
     assert!(lower.prune().ends_with("0 nodes still referenced"));
     assert_clean_exit(lower.fusermount_u());
-    println!(
-        "SKIPPED {test}: stacking a user's mount on a user's mount needs \
+    dcache_fuse::testing::skipped(format_args!(
+        "{test}: stacking a user's mount on a user's mount needs \
          user_allow_other in /etc/fuse.conf (the refusal and its message checked)"
-    );
+    ));
     None
 }
 
@@ -282,9 +282,9 @@ fn a_foreign_dead_mount_is_refused_with_the_fusermount_hint() {
         return;
     }
     let Some(foreign) = ForeignDeadMount::make() else {
-        eprintln!(
-            "SKIP a_foreign_dead_mount_is_refused_with_the_fusermount_hint: mount(2) refused"
-        );
+        dcache_fuse::testing::skipped(format_args!(
+            "a_foreign_dead_mount_is_refused_with_the_fusermount_hint: mount(2) refused"
+        ));
         return;
     };
     let e = fs::metadata(&foreign.mnt).unwrap_err();

@@ -97,7 +97,7 @@ fn no_canary(what: &str, data: &[u8]) {
 #[test]
 fn host_symlink_swaps_and_renames_never_leak_the_outside_tree() {
     if !fuse_or_skip("fuse_escape") {
-        println!("SKIPPED fuse_escape: FUSE unusable here");
+        dcache_fuse::testing::skipped(format_args!("fuse_escape: FUSE unusable here"));
         return;
     }
     let base = tempfile::tempdir().unwrap();

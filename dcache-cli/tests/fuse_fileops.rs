@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 /// FUSE usable, /dev/shm a tmpfs and `tools` installed; else one SKIPPED line.
 fn usable(test: &str, tools: &[&str]) -> bool {
     if let Err(why) = dcache_fuse::testing::available() {
-        eprintln!("SKIPPED {test}: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("{test}: FUSE unusable here ({why})"));
         return false;
     }
     let shm = fs::read_to_string("/proc/mounts").is_ok_and(|m| {
@@ -34,7 +34,7 @@ fn usable(test: &str, tools: &[&str]) -> bool {
             .any(|l| l.split(' ').take(3).eq(["tmpfs", "/dev/shm", "tmpfs"]))
     });
     if !shm {
-        eprintln!("SKIPPED {test}: /dev/shm is not tmpfs");
+        dcache_fuse::testing::skipped(format_args!("{test}: /dev/shm is not tmpfs"));
         return false;
     }
     for t in tools {
@@ -43,7 +43,7 @@ fn usable(test: &str, tools: &[&str]) -> bool {
             .output()
             .is_ok_and(|o| o.status.success());
         if !found {
-            eprintln!("SKIPPED {test}: {t} not installed");
+            dcache_fuse::testing::skipped(format_args!("{test}: {t} not installed"));
             return false;
         }
     }

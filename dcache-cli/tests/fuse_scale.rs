@@ -120,11 +120,13 @@ fn check_pass(mnt: &Path, n: usize) {
 fn hundred_thousand_files_within_1024_descriptors() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED fuse_scale: needs root (drop_caches, file handles)");
+        dcache_fuse::testing::skipped(format_args!(
+            "fuse_scale: needs root (drop_caches, file handles)"
+        ));
         return;
     }
     if !fuse_or_skip("fuse_scale") {
-        println!("SKIPPED fuse_scale: FUSE unusable here");
+        dcache_fuse::testing::skipped(format_args!("fuse_scale: FUSE unusable here"));
         return;
     }
     let n = file_count();
@@ -190,7 +192,7 @@ fn hundred_thousand_files_within_1024_descriptors() {
 #[test]
 fn the_kernel_is_asked_to_drop_nodes_past_max_nodes() {
     if !fuse_or_skip("max_nodes") {
-        println!("SKIPPED max_nodes: FUSE unusable here");
+        dcache_fuse::testing::skipped(format_args!("max_nodes: FUSE unusable here"));
         return;
     }
     const FILES: usize = 5000;

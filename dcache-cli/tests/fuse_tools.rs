@@ -75,7 +75,7 @@ fn have_tools(test: &str, tools: &[&str]) -> bool {
             .map(|st| st.success())
             .unwrap_or(false);
         if !found {
-            eprintln!("SKIP {test}: {t} not installed");
+            dcache_fuse::testing::skipped(format_args!("{test}: {t} not installed"));
             return false;
         }
     }

@@ -40,7 +40,7 @@ fn have(tool: &str) -> bool {
 fn tools_or_skip(test: &str, extra: &[&str]) -> bool {
     for t in ["setfattr", "getfattr"].iter().chain(extra) {
         if !have(t) {
-            println!("SKIPPED {test}: {t} not installed");
+            dcache_fuse::testing::skipped(format_args!("{test}: {t} not installed"));
             return false;
         }
     }
@@ -285,7 +285,7 @@ fn nobody_matches_tmpfs(backend: &'static str, test: &str) {
         return;
     }
     if !is_root() {
-        println!("SKIPPED {test}: needs root to act as another user");
+        dcache_fuse::testing::skipped(format_args!("{test}: needs root to act as another user"));
         return;
     }
     let Some(backend) = Backend::new(backend, test) else {

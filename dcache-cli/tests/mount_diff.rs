@@ -493,10 +493,10 @@ fn run(label: &str, a: &Path, b: &Path) {
     // SAFETY: geteuid and getegid cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if uid != 0 {
-        println!(
-            "SKIPPED {label}: chown to other owners succeeding (needs root; \
+        dcache_fuse::testing::skipped(format_args!(
+            "{label}: chown to other owners succeeding (needs root; \
              as uid {uid} they are compared as refusals)"
-        );
+        ));
     }
     for root in [a, b] {
         fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
@@ -596,7 +596,9 @@ fn run(label: &str, a: &Path, b: &Path) {
 #[test]
 fn tmpfs_vs_tmpfs_self_check() {
     let (Some(a), Some(b)) = (shm_dir(), shm_dir()) else {
-        eprintln!("SKIP tmpfs_vs_tmpfs_self_check: /dev/shm is not tmpfs");
+        dcache_fuse::testing::skipped(format_args!(
+            "tmpfs_vs_tmpfs_self_check: /dev/shm is not tmpfs"
+        ));
         return;
     };
     run("tmpfs2", a.path(), b.path());
@@ -607,7 +609,7 @@ fn against_mount(test: &str, label: &str, backend: impl Fn(&Path) -> String) {
         return;
     }
     let (Some(a), Some(host)) = (shm_dir(), shm_dir()) else {
-        eprintln!("SKIP {test}: /dev/shm is not tmpfs");
+        dcache_fuse::testing::skipped(format_args!("{test}: /dev/shm is not tmpfs"));
         return;
     };
     // The default mount options (1 s attribute and entry timeouts), as
@@ -637,7 +639,9 @@ fn mount_etcd_vs_tmpfs() {
         if std::env::var_os("CI").is_some() {
             panic!("{T}: the etcd binary is missing (apt-get install etcd-server)");
         }
-        eprintln!("SKIP {T}: no etcd binary (apt-get install etcd-server)");
+        dcache_fuse::testing::skipped(format_args!(
+            "{T}: no etcd binary (apt-get install etcd-server)"
+        ));
         return;
     }
     let server = dcache_bench::etcd::EtcdServer::start_or_use(None).expect("start etcd");
@@ -655,7 +659,9 @@ fn mount_etcd_objects_vs_tmpfs() {
         if std::env::var_os("CI").is_some() {
             panic!("{T}: the etcd binary is missing (apt-get install etcd-server)");
         }
-        eprintln!("SKIP {T}: no etcd binary (apt-get install etcd-server)");
+        dcache_fuse::testing::skipped(format_args!(
+            "{T}: no etcd binary (apt-get install etcd-server)"
+        ));
         return;
     }
     let server = dcache_bench::etcd::EtcdServer::start_or_use(None).expect("start etcd");

@@ -661,7 +661,7 @@ fn report(what: &str, cases: &[(User, Op)], want: &[String], got: &[String]) {
 fn shm() -> Option<tempfile::TempDir> {
     let m = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     if !m.lines().any(|l| l.starts_with("tmpfs /dev/shm tmpfs")) {
-        eprintln!("SKIP perm_diff: /dev/shm is not tmpfs");
+        dcache_fuse::testing::skipped(format_args!("perm_diff: /dev/shm is not tmpfs"));
         return None;
     }
     let d = tempfile::Builder::new()
@@ -682,7 +682,7 @@ fn privileged(test: &str) -> bool {
         libc::geteuid()
     };
     if euid != 0 {
-        eprintln!("SKIP {test}: not root");
+        dcache_fuse::testing::skipped(format_args!("{test}: not root"));
     }
     euid == 0
 }
@@ -700,10 +700,10 @@ fn library_matches_tmpfs() {
         let t = tree();
         let all = cases.len();
         cases.retain(|(_, o)| needed(&t, o).all(|e| e.acl.is_empty() && e.dacl.is_empty()));
-        eprintln!(
-            "SKIPPED perm_diff mount: {} of {all} cases carry ACLs ({EXTRA_OPTIONS} switches posix_acl off)",
+        dcache_fuse::testing::skipped(format_args!(
+            "perm_diff mount: {} of {all} cases carry ACLs ({EXTRA_OPTIONS} switches posix_acl off)",
             all - cases.len()
-        );
+        ));
     }
     let start = Instant::now();
     let want = run_kernel(shm.path(), &cases);
@@ -754,10 +754,10 @@ fn mount_matches_tmpfs() {
         let t = tree();
         let all = cases.len();
         cases.retain(|(_, o)| needed(&t, o).all(|e| e.acl.is_empty() && e.dacl.is_empty()));
-        eprintln!(
-            "SKIPPED perm_diff mount: {} of {all} cases carry ACLs ({EXTRA_OPTIONS} switches posix_acl off)",
+        dcache_fuse::testing::skipped(format_args!(
+            "perm_diff mount: {} of {all} cases carry ACLs ({EXTRA_OPTIONS} switches posix_acl off)",
             all - cases.len()
-        );
+        ));
     }
     let start = Instant::now();
     let want = run_kernel(shm.path(), &cases);

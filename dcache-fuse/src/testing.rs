@@ -155,27 +155,48 @@ impl Drop for TempMount {
 /// FUSE over io_uring switched on (`enable_uring` Y) while any of these
 /// lives in this process; the first one saves the parameter's value and
 /// the last one puts it back, so tests running side by side neither see
-/// it flip nor leave it changed.
+/// it flip nor leave it changed. Switching it on is a change to the whole
+/// machine, so [`enable_uring`] makes it only where the run asked for it
+/// ([`URING_OPT_IN`]).
 pub struct UringEnabled(());
 
 /// Saved value and holders of [`UringEnabled`].
 static URING_HOLDERS: crate::sync::Mutex<(usize, Option<String>)> =
     crate::sync::Mutex::new((0, None));
 
-/// [`enable_uring`] for test `test`, or one `SKIPPED` line saying why not.
+/// [`enable_uring`] for test `test`, or one `SKIPPED` line (through
+/// [`skipped`]) saying why not.
 pub fn uring_or_skip(test: &str) -> Option<UringEnabled> {
     match enable_uring() {
         Ok(on) => Some(on),
         Err(why) => {
-            eprintln!("SKIPPED {test}: FUSE over io_uring unavailable here ({why})");
+            skipped(format_args!(
+                "{test}: FUSE over io_uring unavailable here ({why})"
+            ));
             None
         }
     }
 }
 
+/// The variable that lets tests switch the system-wide `enable_uring` on
+/// for their run (`1`); `CI` set does too. `.ci/run` and
+/// `scripts/uring-tests.sh` set it. Without either, a test that needs the
+/// parameter and finds it off skips rather than change the machine.
+pub const URING_OPT_IN: &str = "DCACHE_TEST_ENABLE_URING";
+
+/// Whether this run asked for `enable_uring` to be switched on
+/// ([`URING_OPT_IN`] is `1`, or `CI` is set, as the other CI-only
+/// behaviours of the tests read it).
+fn uring_opted_in() -> bool {
+    std::env::var_os(URING_OPT_IN).is_some_and(|v| v == "1") || std::env::var_os("CI").is_some()
+}
+
 /// Switch FUSE over io_uring on for this process's mounts (needs root and
-/// a kernel with the parameter: 6.14+, `CONFIG_FUSE_IO_URING`). `Err` is
-/// a one-line reason it is unavailable here.
+/// a kernel with the parameter: 6.14+, `CONFIG_FUSE_IO_URING`), and put it
+/// back when the last [`UringEnabled`] goes. Where it is off, only with
+/// [`URING_OPT_IN`] or under CI: a plain `cargo test` does not change a
+/// system-wide setting the user did not ask to change. `Err` is a
+/// one-line reason it is unavailable here.
 pub fn enable_uring() -> Result<UringEnabled, String> {
     use super::wire::uring::{usable, ENABLE_PARAM};
     available()?;
@@ -186,7 +207,16 @@ pub fn enable_uring() -> Result<UringEnabled, String> {
         return Err("io_uring rings cannot be made here".into());
     }
     let mut h = URING_HOLDERS.lock().unwrap_or_else(|p| p.into_inner());
-    if h.0 == 0 {
+    // The first holder switches it on if it is off (found on: nothing to
+    // put back, so nothing is written after).
+    if h.0 == 0 && was.trim() != "Y" {
+        if !uring_opted_in() {
+            return Err(format!(
+                "{ENABLE_PARAM} is {}; {URING_OPT_IN}=1 lets the tests switch it on \
+                 for their run and put it back",
+                was.trim()
+            ));
+        }
         std::fs::write(ENABLE_PARAM, "Y").map_err(|e| format!("cannot set {ENABLE_PARAM}: {e}"))?;
         h.1 = Some(was);
     }
@@ -204,4 +234,19 @@ impl Drop for UringEnabled {
             }
         }
     }
+}
+
+/// Print `SKIPPED <what>` where the person running the tests sees it.
+///
+/// libtest captures what a passing test prints through `print!` and
+/// `eprint!` (and so `println!("SKIPPED ...")` never showed in a plain
+/// `cargo test`), but not what is written to the process's standard error
+/// through [`std::io::stderr`] directly: the line goes out as it is
+/// written, beside libtest's own `test ... ok` lines. (Were a libtest to
+/// capture that too, `cargo test -- --nocapture` shows every line.)
+pub fn skipped(what: impl std::fmt::Display) {
+    use std::io::Write;
+    let line = format!("SKIPPED {what}\n");
+    // One write, so lines of tests running side by side do not interleave.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

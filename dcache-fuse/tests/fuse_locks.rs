@@ -217,7 +217,7 @@ fn lock_semantics(m: &Path) -> Vec<Duration> {
 #[test]
 fn locks_over_dev_fuse() {
     if let Err(why) = available() {
-        eprintln!("SKIPPED fuse_locks: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("fuse_locks: FUSE unusable here ({why})"));
         return;
     }
     let m = mount(&["locks", "no_uring"]);
@@ -251,7 +251,7 @@ fn locks_over_io_uring() {
 #[test]
 fn without_locks_the_kernel_keeps_them() {
     if available().is_err() {
-        eprintln!("SKIPPED fuse_locks: FUSE unusable here");
+        dcache_fuse::testing::skipped(format_args!("fuse_locks: FUSE unusable here"));
         return;
     }
     // The default for a local backend: the kernel's own locks, which

@@ -16,7 +16,7 @@ use dcache_fuse::MountOptions;
 
 fn mount(opts: &[&str]) -> Option<TempMount> {
     if let Err(why) = available() {
-        eprintln!("SKIPPED fuse_no_open: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("fuse_no_open: FUSE unusable here ({why})"));
         return None;
     }
     let o = MountOptions::parse(opts).unwrap();

@@ -57,7 +57,7 @@ fn set_user_xattr(p: &Path) -> Result<(), i32> {
 #[test]
 fn without_xattrs_writes_make_no_xattr_round_trip() {
     if let Err(why) = available() {
-        eprintln!("SKIPPED fuse_no_xattr: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("fuse_no_xattr: FUSE unusable here ({why})"));
         return;
     }
     let src = temp_dir("noxattr-src").unwrap();

@@ -16,7 +16,7 @@ use dcache_fuse::{MountOptions, Mounted};
 
 fn usable(test: &str) -> bool {
     if let Err(why) = available() {
-        eprintln!("SKIPPED {test}: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("{test}: FUSE unusable here ({why})"));
         return false;
     }
     true

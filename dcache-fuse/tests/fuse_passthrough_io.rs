@@ -16,12 +16,12 @@ use dcache_fuse::Mounted;
 
 fn usable(test: &str) -> bool {
     if let Err(why) = available() {
-        eprintln!("SKIPPED {test}: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("{test}: FUSE unusable here ({why})"));
         return false;
     }
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: backing files need root");
+        dcache_fuse::testing::skipped(format_args!("{test}: backing files need root"));
         return false;
     }
     true
@@ -84,10 +84,10 @@ fn reads_writes_and_mappings_skip_the_daemon() {
     if m.data_requests() > 0 {
         // The kernel has no FUSE passthrough (or refused it): the same
         // bytes went through the daemon, which is still correct.
-        eprintln!(
-            "SKIPPED reads_writes_and_mappings_skip_the_daemon: no passthrough I/O here ({} data requests)",
+        dcache_fuse::testing::skipped(format_args!(
+            "reads_writes_and_mappings_skip_the_daemon: no passthrough I/O here ({} data requests)",
             m.data_requests()
-        );
+        ));
         return;
     }
     // Two opens of one file at once share its backing; both give it back.

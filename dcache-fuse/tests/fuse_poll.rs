@@ -15,7 +15,7 @@ use dcache_fuse::MountOptions;
 
 fn mount(poll_us: u64) -> Option<TempMount> {
     if let Err(why) = available() {
-        eprintln!("SKIP: FUSE unusable here ({why})");
+        dcache_fuse::testing::skipped(format_args!("fuse_poll: FUSE unusable here ({why})"));
         return None;
     }
     let o = MountOptions {

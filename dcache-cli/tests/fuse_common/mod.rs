@@ -21,7 +21,7 @@ pub fn fuse_or_skip(test: &str) -> bool {
     match dcache_fuse::testing::available() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("SKIP {test}: FUSE unusable here ({why})");
+            dcache_fuse::testing::skipped(format_args!("{test}: FUSE unusable here ({why})"));
             false
         }
     }
@@ -35,7 +35,9 @@ pub fn etcd_or_skip(test: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
     }
-    eprintln!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+    dcache_fuse::testing::skipped(format_args!(
+        "{test}: no etcd binary (apt-get install etcd-server)"
+    ));
     false
 }
 
@@ -110,7 +112,9 @@ pub fn switched_off(feature: &str) -> bool {
 pub fn skip_if_off(test: &str, feature: &str) -> bool {
     let off = switched_off(feature);
     if off {
-        eprintln!("SKIPPED {test}: {EXTRA_OPTIONS} switches {feature} off");
+        dcache_fuse::testing::skipped(format_args!(
+            "{test}: {EXTRA_OPTIONS} switches {feature} off"
+        ));
     }
     off
 }
@@ -127,7 +131,7 @@ pub fn is_root() -> bool {
 pub fn root_part(test: &str, what: &str) -> bool {
     let root = is_root();
     if !root {
-        println!("SKIPPED {test}: {what} (needs root)");
+        dcache_fuse::testing::skipped(format_args!("{test}: {what} (needs root)"));
     }
     root
 }
@@ -478,7 +482,9 @@ impl Backend {
             if std::env::var_os("CI").is_some() {
                 panic!("{test}: the etcd binary is missing (apt-get install etcd-server)");
             }
-            println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server)");
+            dcache_fuse::testing::skipped(format_args!(
+                "{test}: no etcd binary (apt-get install etcd-server)"
+            ));
             return None;
         }
         let etcd = EtcdServer::start_or_use(None).expect("start etcd");

@@ -42,7 +42,12 @@ pub fn etcd_available(test: &str) -> bool {
         if std::env::var_os("CI").is_some() {
             panic!("{test}: the etcd binary is missing (apt-get install etcd-server etcd-client)");
         }
-        println!("SKIPPED {test}: no etcd binary (apt-get install etcd-server etcd-client)");
+        // Straight to stderr, not println!: libtest captures the macros'
+        // output, so the line would not show in a plain `cargo test` (as
+        // dcache_fuse::testing::skipped, which this crate cannot reach).
+        let line =
+            format!("SKIPPED {test}: no etcd binary (apt-get install etcd-server etcd-client)\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
     ok
 }
