@@ -148,23 +148,23 @@ fn an_append_goes_at_the_committed_end_of_file() {
         // Each caller passes the size it last saw (0): a kernel without a
         // writeback cache places an append at its cached size.
         for round in 0..3 {
-            fa.write(ino, ha, 0, format!("a{round}\n").as_bytes())
-                .unwrap();
+            let a = format!("a{round}\n");
+            fa.write_append(ino, ha, 0, a.as_bytes()).unwrap();
             fa.flush(ino, ha).unwrap();
-            fb.write(ino, hb, 0, format!("b{round}\n").as_bytes())
-                .unwrap();
+            let b = format!("b{round}\n");
+            fb.write_append(ino, hb, 0, b.as_bytes()).unwrap();
             fb.flush(ino, hb).unwrap();
         }
         // Two appends of one client before a flush follow each other.
-        fa.write(ino, ha, 0, b"a3\n").unwrap();
-        fa.write(ino, ha, 0, b"a4\n").unwrap();
+        fa.write_append(ino, ha, 0, b"a3\n").unwrap();
+        fa.write_append(ino, ha, 0, b"a4\n").unwrap();
         fa.flush(ino, ha).unwrap();
         assert_eq!(
             String::from_utf8(contents(&fb, ino)).unwrap(),
             "a0\nb0\na1\nb1\na2\nb2\na3\na4\n",
             "{what}"
         );
-        // Without O_APPEND the offset given is where the bytes go.
+        // A plain write goes where it is told.
         let plain = fa.open(ino, libc::O_WRONLY).unwrap();
         fa.write(ino, plain, 0, b"A").unwrap();
         fa.flush(ino, plain).unwrap();

@@ -516,6 +516,14 @@ impl FuseCore {
         self.file(fh)?.write(offset, data)
     }
 
+    /// WRITE of a descriptor opened `O_APPEND` (the request's flags say
+    /// so, whatever the handle was opened with: the kernel may have
+    /// opened it without asking): at the end of the file as the backend
+    /// knows it, `offset` being the kernel's idea of it.
+    pub fn append(&self, fh: Fh, offset: u64, data: &[u8]) -> Result<usize> {
+        self.file(fh)?.append(offset, data)
+    }
+
     /// FLUSH: a descriptor of the open file is being closed.
     pub fn flush(&self, fh: Fh) -> Result<()> {
         let f = self.file(fh)?;

@@ -36,15 +36,31 @@ use crate::wire::reply::{Later, Out};
 /// How long an INTERRUPT for a request not (yet) waiting is remembered.
 const INTERRUPT_MEMORY: Duration = Duration::from_secs(30);
 
+/// The owner of a `flock` taken through open file `fh`, from the kernel's
+/// lock owner. The kernel names a `flock` by its `struct file`, whose
+/// address another open may get as soon as the file is freed, before
+/// this daemon has handled the RELEASE that drops the old one's lock:
+/// owner alone, the new file would be taken for the holder (granted at
+/// once while the old one still holds the lock, and released by the old
+/// one's RELEASE). The handle `fh` stays the old file's until that RELEASE,
+/// so the pair names one open file.
+pub(crate) fn flock_owner(owner: u64, fh: u64) -> u64 {
+    // splitmix64's finaliser over both: distinct pairs, distinct ids.
+    let mut x = owner ^ fh.rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// The lock request a FUSE `fuse_lk_in` carries, as the backend takes it.
 pub(crate) fn lock_request(arg: &LkIn) -> Result<(LockOwner, FileLock)> {
-    let flavor = if arg.lk_flags & abi::LK_FLOCK != 0 {
-        Flavor::Flock
+    let (flavor, id) = if arg.lk_flags & abi::LK_FLOCK != 0 {
+        (Flavor::Flock, flock_owner(arg.owner, arg.fh))
     } else {
-        Flavor::Posix
+        (Flavor::Posix, arg.owner)
     };
     let owner = LockOwner {
-        id: arg.owner,
+        id,
         file: arg.fh,
         flavor,
     };

@@ -216,11 +216,12 @@ impl Inner {
     }
 
     /// Endpoint health: every 250 ms, probe every member at once (a
-    /// status request, so a frozen member counts as down too, and one
-    /// that has lost its quorum still counts as answering). When none
-    /// answers, operations fail fast (`Inner::unreachable_for`, used by
-    /// `attempt_limit`). With several members, take the ones that do not
-    /// answer out of the client's balancer, so requests stop being sent
+    /// status request, so a frozen member gives none, and one that has
+    /// lost its quorum still answers). When none answers and none accepts
+    /// a connection either (`probe_member`: slow is not down), operations
+    /// fail fast (`Inner::unreachable_for`, used by `attempt_limit`).
+    /// With several members, take the ones that do not answer the status
+    /// request out of the client's balancer, so requests stop being sent
     /// there, and put them back when they answer again; at least one
     /// endpoint always stays in.
     /// `out`: the endpoints connect already took out of the balancer.
@@ -236,11 +237,12 @@ impl Inner {
                     .map(|(probe, ep)| probe_member(probe, ep)),
             )
             .await;
-            self.note_answers(ups.iter().any(|&up| up));
+            self.note_answers(ups.iter().any(|h| h.alive));
             if endpoints.len() < 2 {
                 continue;
             }
-            for (i, (ep, &up)) in endpoints.iter().zip(&ups).enumerate() {
+            for (i, (ep, h)) in endpoints.iter().zip(&ups).enumerate() {
+                let up = h.answered;
                 let n_out = out.iter().filter(|&&o| o).count();
                 if !up && !out[i] && n_out + 1 < endpoints.len() {
                     if self.client.remove_endpoint(ep.as_str()).await.is_ok() {
@@ -277,7 +279,8 @@ impl Inner {
                 .is_ok()
             {
                 crate::log::notice(format_args!(
-                    "no etcd member answers its health probe (each waited {PROBE_LIMIT:?})"
+                    "no etcd member answers its health probe or accepts a connection \
+                     (each waited {PROBE_LIMIT:?})"
                 ));
             }
         }
@@ -313,15 +316,29 @@ impl Inner {
 }
 
 /// How long a health probe waits for a member's connect, and then for
-/// its status. Long enough that a member that is slow (a stalled fsync, a
-/// starved CPU on a loaded host) still counts as answering: only one that
-/// refuses connections, or says nothing for this long, is down.
+/// its status: past it the member is taken out of the balancer.
+const STATUS_LIMIT: Duration = Duration::from_millis(400);
+/// How long a probe that got no status waits for a TCP connection to the
+/// member: past it (or refused) the member counts as down.
 pub(super) const PROBE_LIMIT: Duration = Duration::from_secs(2);
 
+/// What one probe of a member found.
+struct Health {
+    /// It answered a status request: requests may go there.
+    answered: bool,
+    /// It answered, or at least accepted a TCP connection: alive, if slow.
+    alive: bool,
+}
+
 /// One member's health probe: connect (kept in `probe` for the next
-/// round) and ask its status, [`PROBE_LIMIT`] for each.
-async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
-    let limit = PROBE_LIMIT;
+/// round) and ask its status, [`STATUS_LIMIT`] for each. A member that
+/// gives no status but still accepts a TCP connection is slow, not down
+/// (a stalled fsync, a frozen or starved process): it counts as alive,
+/// and requests wait for it up to the operation's timeout. Only a member
+/// that refuses connections, or that cannot be reached at all within the
+/// limit (a partition, a host gone), is down.
+async fn probe_member(probe: &mut Option<Client>, ep: &str) -> Health {
+    let limit = STATUS_LIMIT;
     if probe.is_none() {
         let opts = crate::spec::connect_options(&[ep], limit).ok();
         if let Ok(Ok(c)) = tokio::time::timeout(limit, Client::connect([ep], opts)).await {
@@ -332,8 +349,26 @@ async fn probe_member(probe: &mut Option<Client>, ep: &str) -> bool {
         Some(c) => matches!(tokio::time::timeout(limit, c.status()).await, Ok(Ok(_))),
         None => false,
     };
-    if !up {
-        *probe = None;
+    if up {
+        return Health {
+            answered: true,
+            alive: true,
+        };
     }
-    up
+    *probe = None;
+    Health {
+        answered: false,
+        alive: accepts(ep, PROBE_LIMIT).await,
+    }
+}
+
+/// Whether the member at endpoint `ep` (`http[s]://HOST:PORT`) accepts a
+/// TCP connection within `limit`.
+async fn accepts(ep: &str, limit: Duration) -> bool {
+    let rest = ep.split_once("://").map_or(ep, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    matches!(
+        tokio::time::timeout(limit, tokio::net::TcpStream::connect(authority)).await,
+        Ok(Ok(_))
+    )
 }

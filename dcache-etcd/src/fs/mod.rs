@@ -62,9 +62,6 @@ use client::{check_name, get};
 use objdata::Report;
 use objread::Edit;
 
-/// The bit of a backend handle that says the file was opened O_APPEND.
-const FH_APPEND: u64 = 1;
-
 /// Inode numbers a client reserves at a time.
 const INO_BATCH: u64 = 64;
 /// etcd's default backend quota (`--quota-backend-bytes`), reported by
@@ -259,6 +256,28 @@ impl EtcdFs {
             return Ok(0);
         }
         self.block(self.inner.collect_once())
+    }
+
+    /// A write at `offset`, or with `append` at the end of the file as
+    /// committed; a caller that caches the file is told when the bytes
+    /// went elsewhere than it asked.
+    fn write_where(&self, ino: Ino, offset: u64, append: bool, data: &[u8]) -> Result<usize> {
+        if self.inner.objects.get().is_some() {
+            let at = match append {
+                true => self.block(self.inner.append_at(ino))?,
+                false => offset,
+            };
+            let n = self.block(self.inner.obj_write(ino, at, data))?;
+            if at != offset {
+                self.inner.moved_append(ino);
+            }
+            return Ok(n);
+        }
+        let (n, at) = self.block(self.inner.write(ino, offset, append, data))?;
+        if at != offset {
+            self.inner.moved_append(ino);
+        }
+        Ok(n)
     }
 
     /// Commit what this client buffered for `ino`. A file removed
@@ -488,10 +507,7 @@ impl FileSystem for EtcdFs {
         Ok((attr, fh))
     }
 
-    /// The handle says whether the file was opened with O_APPEND: such
-    /// writes go at the end of the file as committed, whatever offset the
-    /// caller (a kernel with its cached size) gives.
-    fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
+    fn open(&self, ino: Ino, _flags: i32) -> Result<u64> {
         self.getattr(ino)?;
         // Close-to-open: the first read after an open asks etcd, so it
         // sees every write closed before the open (`lists`).
@@ -501,11 +517,7 @@ impl FileSystem for EtcdFs {
         if self.inner.keeps_unlinked() {
             self.inner.opens.opened(ino);
         }
-        Ok(if flags & libc::O_APPEND != 0 {
-            FH_APPEND
-        } else {
-            0
-        })
+        Ok(0)
     }
 
     fn read(&self, ino: Ino, _fh: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
@@ -515,24 +527,15 @@ impl FileSystem for EtcdFs {
         self.block(self.inner.read_data(ino, offset, buf))
     }
 
-    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
-        let append = fh & FH_APPEND != 0;
-        if self.inner.objects.get().is_some() {
-            let at = match append {
-                true => self.block(self.inner.append_at(ino))?,
-                false => offset,
-            };
-            let n = self.block(self.inner.obj_write(ino, at, data))?;
-            if at != offset {
-                self.inner.moved_append(ino);
-            }
-            return Ok(n);
-        }
-        let (n, at) = self.block(self.inner.write(ino, offset, append, data))?;
-        if at != offset {
-            self.inner.moved_append(ino);
-        }
-        Ok(n)
+    fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_where(ino, offset, false, data)
+    }
+
+    /// At the end of the file as committed in etcd (past what this client
+    /// buffered), whatever `offset` the caller had: its idea of the size,
+    /// a kernel's cached one, may predate another host's appends.
+    fn write_append(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_where(ino, offset, true, data)
     }
 
     /// Object-store volumes: commit what this client buffered for the
@@ -681,6 +684,25 @@ impl FileSystem for EtcdFs {
 
     fn statfs(&self) -> Result<StatFs> {
         self.block(self.inner.statfs())
+    }
+
+    /// This process's failures by cause (`crate::log`), and whether the
+    /// watch is current.
+    fn status(&self) -> Option<String> {
+        let failures: Vec<String> = crate::log::counts()
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        let current = if self.is_current() {
+            "current"
+        } else {
+            "behind"
+        };
+        Some(format!(
+            "etcd volume {}: watch {current}; failures by cause: {}",
+            self.volume.record.uuid,
+            failures.join(", ")
+        ))
     }
 
     fn forget(&self, ino: Ino, _nlookup: u64) {

@@ -9,7 +9,7 @@ use dcache::permission::search_for_all;
 use super::{handle, node, secs, DcacheFs, GENERATION};
 use crate::attr::{dirent_type, file_attr, set_attr};
 use crate::core::{is_acl, xattr_cred, XattrReply};
-use crate::locks::{lk_out, lock_request};
+use crate::locks::{flock_owner, lk_out, lock_request};
 use crate::nodes::NodeId;
 use crate::wire::abi::{self, fattr};
 use crate::wire::serve::MAX_WRITE;
@@ -156,7 +156,12 @@ impl DcacheFs {
                 let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;
                 let before = kill.then(|| core.getattr(node(id)).map(|a| a.perm).ok());
                 let r = self.file_of(arg.fh, id);
-                let r = r.and_then(|f| core.write(f, arg.offset, data));
+                // With a writeback cache the kernel places appends itself.
+                let append = arg.flags as i32 & libc::O_APPEND != 0 && !self.writeback;
+                let r = r.and_then(|f| match append {
+                    true => core.append(f, arg.offset, data),
+                    false => core.write(f, arg.offset, data),
+                });
                 if r.is_ok() && kill {
                     let _ = core.kill_suidgid(&self.killer(h), node(id));
                     // The kernel keeps the mode it had: tell it it changed.
@@ -198,8 +203,9 @@ impl DcacheFs {
                     let ino = self.core.ids().ino(id);
                     let backend = l.backend();
                     if r.release_flags & abi::RELEASE_FLOCK_UNLOCK != 0 {
-                        let _ = backend
-                            .release_locks(ino, LockRelease::Owner(r.lock_owner, Flavor::Flock));
+                        let owner = flock_owner(r.lock_owner, r.fh);
+                        let _ =
+                            backend.release_locks(ino, LockRelease::Owner(owner, Flavor::Flock));
                     }
                     let _ = backend.release_locks(ino, LockRelease::File(r.fh));
                 }

@@ -133,13 +133,14 @@ pub fn serve(req: &ServeRequest) -> Result<Report, String> {
     } else if let (Ok(_), Some(s)) = (&started, sink) {
         s.redirect();
     }
-    let (session, own, report, stats, counters) = started?;
+    let (session, own, report, stats, counters, backend) = started?;
     eprintln!("dcache: {}", session.transport);
     let pruner = Pruner {
         notifier: session.notifier.clone(),
         mountpoint: at,
         stats,
         counters,
+        backend,
     };
     signals::spawn_waiter(signals, own, pruner)?;
     session.join().map_err(|e| format!("session: {e}"))?;
@@ -155,6 +156,7 @@ type Started = (
     Arc<OnceLock<Report>>,
     Arc<Stats>,
     Arc<Counters>,
+    Arc<dyn dcache::FileSystem>,
 );
 
 /// Build the backend, mount it on `at` and start the workers: everything
@@ -164,6 +166,7 @@ fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
     let vfs = Vfs::with_config(backend, req.options.vfs_config())
         .map_err(|e| format!("backend root: {e}"))?;
     let counters = vfs.counters();
+    let backend = vfs.backend().clone();
     let cfg = fs_config(&req.options, req.backend.wants_direct_io(), true);
     let fs = DcacheFs::new(vfs, cfg);
     let report = fs.report_slot();
@@ -174,7 +177,7 @@ fn start_serving(req: &ServeRequest, at: &Path) -> Result<Started, String> {
             StartError::Mount(e) => mountpoint::mount_failed(&req.mountpoint, &e),
             StartError::Other(m) => m,
         })?;
-    Ok((session, own, report, stats, counters))
+    Ok((session, own, report, stats, counters, backend))
 }
 
 /// Why [`start`] failed: the mount itself, or what came after it.
@@ -472,6 +475,7 @@ pub fn mount(
     let vfs = Vfs::with_config(backend, options.vfs_config())
         .map_err(|e| io::Error::from_raw_os_error(e.raw()))?;
     let counters = vfs.counters();
+    let backend = vfs.backend().clone();
     let fs = DcacheFs::new(vfs, fs_config(options, false, false));
     let report = fs.report_slot();
     let stats = fs.stats();
@@ -492,6 +496,7 @@ pub fn mount(
             mountpoint: path.clone(),
             stats,
             counters,
+            backend,
         },
         session: Some(session),
         report,

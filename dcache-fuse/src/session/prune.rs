@@ -22,12 +22,20 @@ pub(crate) struct Pruner {
     pub(super) stats: Arc<Stats>,
     /// The dentry cache's counters, for [`Pruner::usage`].
     pub(super) counters: Arc<Counters>,
+    /// The backend, whose own state line (`FileSystem::status`: a shared
+    /// volume's failures by cause) follows the usage line.
+    pub(super) backend: Arc<dyn dcache::FileSystem>,
 }
 
 impl Pruner {
     /// What the mount uses now.
     pub fn usage(&self) -> Usage {
         Usage::now(&self.counters, &self.stats.report())
+    }
+
+    /// The backend's own state line, if it has one.
+    pub fn backend_status(&self) -> Option<String> {
+        self.backend.status()
     }
 
     /// Invalidate every root entry, wait (at most ~2 s) for the forgets to

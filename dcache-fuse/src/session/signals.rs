@@ -49,6 +49,9 @@ pub fn spawn_waiter(set: Blocked, own: OwnMount, pruner: Pruner) -> Result<(), S
                 if sig == libc::SIGUSR1 {
                     eprintln!("dcache: pruned, {}", pruner.prune());
                     eprintln!("dcache: usage: {}", pruner.usage());
+                    if let Some(line) = pruner.backend_status() {
+                        eprintln!("dcache: backend: {line}");
+                    }
                     continue;
                 }
                 if !first {

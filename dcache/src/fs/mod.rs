@@ -473,6 +473,16 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::EBADF)
     }
 
+    /// An `O_APPEND` write: `data` at the end of the file as the backend
+    /// knows it. `offset` is where the caller believes the end is (a
+    /// kernel's cached size, which another host's appends may have made
+    /// stale): a backend shared across hosts ignores it. The default
+    /// writes at `offset`, which is the end for a backend only this
+    /// process changes.
+    fn write_append(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write(ino, fh, offset, data)
+    }
+
     /// A descriptor of handle `fh` is being closed (`f_op->flush`).
     fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
         Ok(())
@@ -515,6 +525,13 @@ pub trait FileSystem: Send + Sync + 'static {
     /// The last reference to the open file of handle `fh` is gone.
     fn release(&self, _ino: Ino, _fh: u64) -> Result<()> {
         Ok(())
+    }
+
+    /// One line of the backend's own state for a person (a mount prints
+    /// it after its usage line at SIGUSR1): a shared volume's failures by
+    /// cause, say. `None`: nothing to add.
+    fn status(&self) -> Option<String> {
+        None
     }
 
     /// `statfs(2)`; the default reports a 4096-byte block size, `NAME_MAX`

@@ -100,11 +100,26 @@ impl<'v> OpenFile<'v> {
     /// `pwrite(2)`: write `data` at `offset`; EBADF if opened read-only. A
     /// caller without CAP_FSETID loses the file's set-id bits.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_as(offset, data, self.flags() & libc::O_APPEND != 0)
+    }
+
+    /// A write that goes at the end of the file (`FileSystem::write_append`),
+    /// whatever this file's flags: a caller that knows the write is an
+    /// `O_APPEND` one (a FUSE WRITE's flags) when the file was opened
+    /// without it. `offset` is where the caller believes the end is.
+    pub fn append(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_as(offset, data, true)
+    }
+
+    fn write_as(&self, offset: u64, data: &[u8], append: bool) -> Result<usize> {
         if self.flags() & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
         }
         let fs = &**self.0.fs();
-        let n = fs.write(self.ino(), self.fh(), offset, data)?;
+        let n = match append {
+            true => fs.write_append(self.ino(), self.fh(), offset, data)?,
+            false => fs.write(self.ino(), self.fh(), offset, data)?,
+        };
         if let Some(i) = self.dentry().inode() {
             refresh(fs, i);
             if self.0.mode() & FMODE_KILL_PRIV != 0 {
