@@ -25,7 +25,7 @@ const ETCD_PROBE: Duration = Duration::from_secs(1);
 /// [`dcache_etcd::Options`] (`-o help` lists them after the frontend's).
 pub const ETCD_HELP: &str = "\
 etcd_timeout=S          etcd: seconds an operation waits for a quorum before EIO (default 5)
-etcd_unreachable=S      etcd: EIO at once after no member answered a 2 s probe for S seconds (default 1)
+etcd_unreachable=S      etcd: EIO at once after no member accepted a connection for S seconds (default 1)
 etcd_staleness=S        etcd: seconds a cached answer may lag other hosts' changes (default 1)
 etcd_lease_ttl=S        etcd: seconds this host's session outlives it (default 10; at least 2)
 etcd_gc_grace=S         etcd with an object store: seconds removed data is kept for readers (default 60; at least 1)

@@ -20,13 +20,14 @@ pub struct Options {
     /// How long one operation may take, retries and failover included,
     /// before it returns EIO (e.g. while no quorum can be reached).
     pub timeout: Duration,
-    /// Fail fast when the cluster is gone: once no member has answered
-    /// the client's health probes (a status request to each every 250 ms,
-    /// 2 s limit, so a slow member still answers) for this long,
-    /// operations return EIO at once instead of waiting out `timeout`.
-    /// Members that answer but have no quorum (a leader election, a
-    /// minority partition) or answer slowly are still waited for, up to
-    /// `timeout`. `None`: always wait out `timeout`.
+    /// Fail fast when the cluster is gone: once no member has been alive
+    /// for this long (each gave no answer to the client's status probe,
+    /// every 250 ms, and refused a TCP connection or gave none within
+    /// 2 s), operations return EIO at once instead of waiting out
+    /// `timeout`. Members that are slow (they still accept connections)
+    /// or answer without a quorum (a leader election, a minority
+    /// partition) are waited for, up to `timeout`. `None`: always wait out
+    /// `timeout`.
     pub unreachable_after: Option<Duration>,
     /// How often the client checks that its watch is current (a
     /// linearizable read and a progress request on the watch, see the
