@@ -131,10 +131,11 @@ struct Inner {
 }
 
 impl Inner {
-    /// An O_APPEND write went elsewhere than the caller's offset: a
-    /// caller that caches the file (a kernel's pages and size) is told
-    /// through the report thread, as for another client's change.
-    fn moved_append(&self, ino: Ino) {
+    /// The file is not what a caller that caches it believes (an O_APPEND
+    /// write went elsewhere than its offset, bytes it wrote were dropped):
+    /// a kernel's pages and size are dropped through the report thread,
+    /// as for another client's change.
+    fn stale_for_caller(&self, ino: Ino) {
         if let Some(tx) = self.inval.get() {
             let _ = tx.send(Change::Inode(ino));
         }
@@ -263,19 +264,22 @@ impl EtcdFs {
     /// went elsewhere than it asked.
     fn write_where(&self, ino: Ino, offset: u64, append: bool, data: &[u8]) -> Result<usize> {
         if self.inner.objects.get().is_some() {
+            // The caller's offset counts too: on this host it is past the
+            // bytes of a flush still committing (which neither the buffer
+            // nor etcd shows yet), as a kernel serialises its appends.
             let at = match append {
-                true => self.block(self.inner.append_at(ino))?,
+                true => self.block(self.inner.append_at(ino))?.max(offset),
                 false => offset,
             };
             let n = self.block(self.inner.obj_write(ino, at, data))?;
             if at != offset {
-                self.inner.moved_append(ino);
+                self.inner.stale_for_caller(ino);
             }
             return Ok(n);
         }
         let (n, at) = self.block(self.inner.write(ino, offset, append, data))?;
         if at != offset {
-            self.inner.moved_append(ino);
+            self.inner.stale_for_caller(ino);
         }
         Ok(n)
     }

@@ -260,6 +260,8 @@ impl Inner {
                 "inode {ino}: {bytes} bytes written in {lo}..{hi} dropped: {why} ({err:?})"
             ),
         );
+        // The writer's own cache (a kernel's pages) still shows them.
+        self.stale_for_caller(ino);
         let answer = if refused { Errno::EIO } else { err };
         if report == Report::Keep {
             // Owed to the next close or fsync; the caller (a read, a
@@ -300,15 +302,6 @@ impl Inner {
         seen: &mut Option<i64>,
     ) -> Result<()> {
         let dl = self.deadline();
-        // The state these bytes go over, read before uploading: a failure
-        // from here on keeps them against it (`flush_ino`); with a `base`,
-        // they go only over that (checked again in the commit's compare).
-        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
-        let (_, mr) = rec_of(&rs[0])?.ok_or(Errno::ENOENT)?;
-        *seen = Some(mr);
-        if base.is_some_and(|b| b != mr) {
-            return Err(STALE);
-        }
         let mut pieces: std::collections::BTreeMap<u64, Vec<(u64, &[u8])>> = Default::default();
         for (off, v) in ext {
             let mut at = 0usize;
@@ -338,7 +331,22 @@ impl Inner {
             uploads.push((id, Bytes::from(obj)));
             lists.push((*idx, list));
         }
-        self.upload(uploads).await?;
+        // The state these bytes go over, read while they upload (neither
+        // waits for the other: a store that is up uploads while etcd is
+        // slow): a failure from here on keeps them against it
+        // (`flush_ino`); with a `base`, they go only over that (checked
+        // again in the commit's compare). A read that fails leaves the
+        // commit to find out.
+        let (read, uploaded) =
+            futures_util::future::join(self.record_rev(dl, ino), self.upload(uploads)).await;
+        if let Ok(Some(mr)) = read {
+            *seen = Some(mr);
+            if base.is_some_and(|b| b != mr) {
+                // (What was uploaded is named by no list: `gc` removes it.)
+                return Err(STALE);
+            }
+        }
+        uploaded?;
         // The commits get a deadline of their own from here: one counted
         // from before the upload would fail every flush whose upload
         // takes longer than `timeout` (a slow link, a store still warming
@@ -368,6 +376,12 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// The revision of `ino`'s record (`None`: it is gone).
+    async fn record_rev(&self, dl: Instant, ino: Ino) -> Result<Option<i64>> {
+        let (_, rs) = self.read(dl, vec![get(self.keys.inode(ino))]).await?;
+        Ok(rec_of(&rs[0])?.map(|(_, mr)| mr))
     }
 
     /// A list too long to store, rewritten: the bytes from its first
