@@ -263,23 +263,22 @@ impl EtcdFs {
     /// committed; a caller that caches the file is told when the bytes
     /// went elsewhere than it asked.
     fn write_where(&self, ino: Ino, offset: u64, append: bool, data: &[u8]) -> Result<usize> {
-        if self.inner.objects.get().is_some() {
+        let i = &self.inner;
+        let (n, at) = self.block(async {
+            if i.objects.get().is_none() {
+                return i.write(ino, offset, append, data).await;
+            }
             // The caller's offset counts too: on this host it is past the
             // bytes of a flush still committing (which neither the buffer
             // nor etcd shows yet), as a kernel serialises its appends.
             let at = match append {
-                true => self.block(self.inner.append_at(ino))?.max(offset),
+                true => i.append_at(ino).await?.max(offset),
                 false => offset,
             };
-            let n = self.block(self.inner.obj_write(ino, at, data))?;
-            if at != offset {
-                self.inner.stale_for_caller(ino);
-            }
-            return Ok(n);
-        }
-        let (n, at) = self.block(self.inner.write(ino, offset, append, data))?;
+            Ok((i.obj_write(ino, at, data).await?, at))
+        })?;
         if at != offset {
-            self.inner.stale_for_caller(ino);
+            i.stale_for_caller(ino);
         }
         Ok(n)
     }
