@@ -60,6 +60,13 @@ impl HeldKeys {
         self.map().contains_key(&ino)
     }
 
+    /// Whether this client still believes it holds `key` on `ino`: a key
+    /// it released is forgotten before the release is sent, so a key
+    /// found gone and still believed held was lost, not given back.
+    pub(super) fn believes(&self, ino: Ino, key: &[u8]) -> bool {
+        self.map().get(&ino).is_some_and(|s| s.contains(key))
+    }
+
     /// Record that `key` now holds `held` (nothing: gone).
     fn set(&self, ino: Ino, key: &[u8], held: bool) {
         let mut m = self.map();
@@ -294,6 +301,13 @@ impl Inner {
         let unchanged =
             Compare::mod_revision(inode_prefix(&self.keys, ino), CompareOp::Less, rev + 1)
                 .with_range(inode_end(&self.keys, ino));
+        // Keys given back are forgotten first: a flush of this client's
+        // that reads one gone meanwhile must not take it for a lost lock.
+        for (k, held) in write {
+            if held.is_empty() {
+                self.held.set(ino, k, false);
+            }
+        }
         let mut attempt = 0;
         loop {
             let lim = self.attempt_limit(dl)?;

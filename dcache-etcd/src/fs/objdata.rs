@@ -501,12 +501,16 @@ impl Inner {
                 return Err(STALE);
             }
             let held = &rs[1 + group.len()..];
-            if let Some(k) = fence.iter().zip(held).find(|(_, r)| r.kvs().is_empty()) {
-                self.lock_lost(ino, k.0);
-                return Err(FENCED);
-            }
             let mut cmps = vec![same(ikey.clone(), mr)];
-            cmps.extend(fence.iter().map(|k| present(k.clone())));
+            for (k, r) in fence.iter().zip(held) {
+                if !r.kvs().is_empty() {
+                    cmps.push(present(k.clone()));
+                } else if self.held.believes(ino, k) {
+                    // Gone, and not given back by this client: lost.
+                    self.lock_lost(ino, k);
+                    return Err(FENCED);
+                }
+            }
             let mut ops = Vec::with_capacity(group.len() + 2);
             let mut gone = Vec::new();
             let mut pages = 0i64;
